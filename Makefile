@@ -1,0 +1,42 @@
+# Two commands do all their own set-up: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.medvl-installed
+DEV_STAMP := $(VENV)/.medvl-dev-installed
+TORCH_CPU := torch==2.13.0
+
+.PHONY: demo test lint bench clean install
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# Install a CPU torch first (unless one is already importable) so that the
+# project's `torch>=2.2` requirement is met without pulling a CUDA build.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_CPU) \
+		|| $(PY) -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+	$(PY) -m pip install -q -e ".[qt,text]"
+	touch $@
+
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[qt,text,dev]"
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	tools/with_display.sh --optional $(VENV)/bin/medvl demo --out demo-output
+
+test: $(DEV_STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 tools/with_display.sh $(PY) -m pytest -q
+
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check src tests bench
+
+bench: $(STAMP)
+	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache
