@@ -1,0 +1,73 @@
+"""npe2 reader: whole-slide images and mammograms through the engine's openers.
+
+``get_reader`` answers by file name only (napari calls it for every file a
+user drops); the returned function opens the files with medvl_engine.io and
+turns them into layers with the builders in ``_layers``. Files that turn out
+to be unreadable give their one-sentence MedVLError as a notification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from napari_medvl._layers import LayerData, mammogram_layers, slide_layer
+from napari_medvl._notify import report_error
+
+__all__ = ["get_reader", "read_paths", "SLIDE_SUFFIXES", "AMBIGUOUS_SUFFIXES"]
+
+SLIDE_SUFFIXES = (".svs", ".ndpi", ".tif", ".tiff", ".scn", ".bif", ".jpg", ".jpeg")
+AMBIGUOUS_SUFFIXES = (".dcm", ".dicom", ".png")
+NULL_LAYER: list[LayerData] = [(None,)]  # type: ignore[list-item]
+
+
+def _accepts(path: str) -> bool:
+    candidate = Path(path)
+    if candidate.is_dir():
+        return any(child.suffix.lower() in (".dcm", ".dicom") for child in candidate.iterdir())
+    return candidate.suffix.lower() in SLIDE_SUFFIXES + AMBIGUOUS_SUFFIXES
+
+
+def get_reader(path: str | Sequence[str]) -> Callable[..., list[LayerData]] | None:
+    """Return ``read_paths`` when every path looks like a slide or mammogram, else None."""
+    paths = [path] if isinstance(path, str | Path) else list(path)
+    if not paths or not all(_accepts(str(p)) for p in paths):
+        return None
+    return read_paths
+
+
+def _open(path: str) -> tuple[str, Any]:
+    """Open one file or DICOM folder as ("slide", Slide) or ("mammogram", Mammogram)."""
+    from medvl_engine.io import detect_kind, open_mammogram, open_slide
+
+    kind = detect_kind(path)
+    if kind == "mammogram":
+        return "mammogram", open_mammogram(path)
+    return "slide", open_slide(path)
+
+
+def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData]:
+    """Layers for every readable path: slides as multiscale images, mammograms side by side.
+
+    A file that fails gives its MedVLError sentence as a notification and is
+    skipped; when nothing could be read the null-layer sentinel is returned
+    so napari does not add a second, generic error.
+    """
+    from medvl_engine.errors import MedVLError
+
+    paths = [path] if isinstance(path, str | Path) else list(path)
+    layers: list[LayerData] = []
+    mammograms = []
+    for item in paths:
+        try:
+            kind, opened = _open(str(item))
+        except MedVLError as error:
+            report_error(error)
+            continue
+        if kind == "mammogram":
+            mammograms.append(opened)
+        else:
+            layers.append(slide_layer(opened))
+    layers.extend(mammogram_layers(mammograms))
+    return layers or NULL_LAYER

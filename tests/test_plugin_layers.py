@@ -1,0 +1,115 @@
+"""Pure layer builders: world coordinates of slides, mammograms, boxes and score grids."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from napari_medvl._layers import (
+    WorldFrame,
+    boxes_layer,
+    grid_image_layer,
+    mammogram_layers,
+    slide_frame,
+    slide_layer,
+)
+
+
+def _fake_slide(mpp):
+    levels = [da.zeros((400, 600, 3), dtype=np.uint8), da.zeros((100, 150, 3), dtype=np.uint8)]
+    return SimpleNamespace(path="/data/case.svs", levels=levels, mpp=mpp)
+
+
+def test_slide_layer_is_multiscale_rgb_in_micrometres_with_top_left_origin():
+    data, kwargs, layer_type = slide_layer(_fake_slide((0.25, 0.5)))
+    assert layer_type == "image"
+    assert [level.shape for level in data] == [(400, 600, 3), (100, 150, 3)]
+    assert kwargs["rgb"] and kwargs["multiscale"]
+    assert kwargs["scale"] == (0.5, 0.25)  # (y, x) um per level-0 px
+    # pixel (0, 0) covers [0, mpp): its centre is half a pixel from the origin
+    assert kwargs["translate"] == (0.25, 0.125)
+    assert kwargs["name"] == "case.svs"
+    assert kwargs["metadata"]["mpp"] == (0.25, 0.5)
+    assert kwargs["metadata"]["slide"].path == "/data/case.svs"
+
+
+def test_slide_without_mpp_is_placed_in_level0_pixels():
+    _, kwargs, _ = slide_layer(_fake_slide(None))
+    assert kwargs["scale"] == (1.0, 1.0)
+    assert kwargs["translate"] == (0.5, 0.5)
+    assert slide_frame(None).units == "px"
+    assert slide_frame((0.0, 0.0)).units == "px"
+
+
+def _fake_mammogram(shape, laterality, view, path):
+    return SimpleNamespace(
+        pixels=np.linspace(0, 1, shape[0] * shape[1], dtype=np.float32).reshape(shape),
+        laterality=laterality,
+        view=view,
+        path=path,
+        pixel_spacing=(0.1, 0.1),
+    )
+
+
+def test_mammograms_open_side_by_side_with_windowing_and_view_names():
+    cc = _fake_mammogram((300, 200), "L", "CC", "/x/1_L_CC.dcm")
+    mlo = _fake_mammogram((320, 210), "L", "MLO", "/x/1_L_MLO.dcm")
+    other = _fake_mammogram((50, 40), None, None, "/x/scan.png")
+    layers = mammogram_layers([cc, mlo, other], gap_px=10)
+    names = [kwargs["name"] for _, kwargs, _ in layers]
+    assert names == ["L CC", "L MLO", "scan"]
+    offsets = [kwargs["metadata"]["world_frame"]["offset_x"] for _, kwargs, _ in layers]
+    assert offsets == [0.0, 210.0, 430.0]  # widths 200 and 210 plus a 10 px gap each
+    _, kwargs, _ = layers[1]
+    assert kwargs["translate"] == (0.5, 210.5)
+    assert kwargs["contrast_limits"] == (0.0, 1.0)
+    assert kwargs["colormap"] == "gray"
+    assert layers[0][0].dtype == np.float32
+
+
+def test_boxes_in_level0_px_become_world_rectangles_scaled_by_mpp():
+    frame = slide_frame((0.5, 0.25))  # x 0.5 um/px, y 0.25 um/px
+    boxes = np.array([[100, 200, 548, 648], [0, 0, 448, 448]])
+    rectangles, kwargs, layer_type = boxes_layer(boxes, [0.2, 0.9], frame, name="top")
+    assert layer_type == "shapes"
+    first = np.asarray(rectangles[0])
+    # corners in (y, x) world um: (y0 * 0.25, x0 * 0.5) ...
+    np.testing.assert_allclose(first.min(axis=0), [200 * 0.25, 100 * 0.5])
+    np.testing.assert_allclose(first.max(axis=0), [648 * 0.25, 548 * 0.5])
+    assert list(kwargs["features"]["rank"]) == [2, 1]
+    assert list(kwargs["features"]["score"]) == [0.2, 0.9]
+
+
+def test_boxes_on_a_shifted_view_carry_the_view_offset():
+    frame = WorldFrame(offset_x=500.0)
+    rectangles, _, _ = boxes_layer(np.array([[10, 20, 30, 40]]), [1.0], frame, name="b")
+    np.testing.assert_allclose(
+        np.asarray(rectangles[0]), [[20, 510], [20, 530], [40, 530], [40, 510]]
+    )
+
+
+def test_boxes_and_scores_must_match():
+    with pytest.raises(ValueError, match="2 boxes but 1 scores"):
+        boxes_layer(np.zeros((2, 4)), [1.0], WorldFrame(), name="b")
+
+
+def test_grid_layer_cells_cover_their_level0_patches():
+    frame = slide_frame((0.5, 0.5))
+    grid = np.arange(6, dtype=np.float32).reshape(2, 3)
+    data, kwargs, _ = grid_image_layer(
+        grid, frame, cell_size_px=448, origin_px=(64, 32), blending="additive"
+    )
+    assert kwargs["scale"] == (224.0, 224.0)
+    # cell (0, 0) covers level-0 px [64, 512) in x and [32, 480) in y -> centre in um
+    assert kwargs["translate"] == ((32 + 224) * 0.5, (64 + 224) * 0.5)
+    assert kwargs["contrast_limits"] == (0.0, 5.0)
+    assert kwargs["blending"] == "additive"
+    assert data.shape == (2, 3)
+
+
+def test_grid_layer_rejects_non_2d_scores():
+    with pytest.raises(ValueError, match="2-D"):
+        grid_image_layer(np.zeros((2, 2, 2)), WorldFrame(), cell_size_px=1)

@@ -1,0 +1,27 @@
+"""The npe2 manifest validates and napari finds the plugin through its entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import npe2
+
+import napari_medvl
+
+MANIFEST = Path(napari_medvl.__file__).parent / "napari.yaml"
+
+
+def test_manifest_validates_and_points_at_importable_commands():
+    manifest = npe2.PluginManifest.from_file(MANIFEST)
+    assert manifest.name == "napari-medvl"
+    manifest.validate_imports()
+    ids = {command.id for command in manifest.contributions.commands}
+    assert {"napari-medvl.get_reader", "napari-medvl.sample_slide"} <= ids
+
+
+def test_plugin_is_discovered_by_entry_point():
+    manager = npe2.PluginManager()
+    manager.discover()
+    assert "napari-medvl" in manager._manifests
+    readers = list(manager.iter_compatible_readers(["slide.svs"]))
+    assert any(reader.plugin_name == "napari-medvl" for reader in readers)
