@@ -9,7 +9,7 @@ __all__ = ["cache_dir"]
 
 
 def cache_dir(*parts: str) -> Path:
-    """``$MEDVL_CACHE_DIR`` (default ``~/.cache/medvl``) joined with ``parts``, created on demand."""
+    """``$MEDVL_CACHE_DIR`` (default ``~/.cache/medvl``) / ``parts``, created on demand."""
     root = os.environ.get("MEDVL_CACHE_DIR") or Path.home() / ".cache" / "medvl"
     folder = Path(root).joinpath(*parts)
     folder.mkdir(parents=True, exist_ok=True)
