@@ -62,3 +62,24 @@ def test_closing_the_generator_cancels_the_call_at_its_next_report():
         next(generator)
     generator.close()
     assert stopped.wait(2.0)
+
+
+def test_a_cancel_event_stops_the_generator_and_the_call():
+    cancel = threading.Event()
+    calls = []
+
+    def slow(progress):
+        for i in range(1000):
+            time.sleep(0.01)
+            calls.append(i)
+            progress(i, 1000)
+
+    generator = run_with_progress("features", slow, cancel=cancel)
+    next(generator)
+    next(generator)
+    cancel.set()
+    with pytest.raises(CancelledError, match="features was cancelled"):
+        _drain(generator)
+    seen = len(calls)
+    time.sleep(0.1)
+    assert len(calls) <= seen + 1 < 1000

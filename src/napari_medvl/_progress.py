@@ -33,18 +33,23 @@ class Progress:
 
 
 def run_with_progress(
-    stage: str, function: Callable[..., T], *args: Any, **kwargs: Any
+    stage: str,
+    function: Callable[..., T],
+    *args: Any,
+    cancel: threading.Event | None = None,
+    **kwargs: Any,
 ) -> Generator[Progress, None, T]:
     """Call ``function(*args, progress=callback, **kwargs)`` in a thread, yielding Progress.
 
     Use as ``result = yield from run_with_progress("features", extract, slide, ...)``.
-    Exceptions raised by ``function`` are re-raised here; closing the generator
-    (worker quit) cancels the call at its next progress report.
+    Exceptions raised by ``function`` are re-raised here. Setting ``cancel`` or
+    closing the generator cancels the call at its next progress report; with
+    ``cancel`` set the generator itself raises CancelledError at once.
     """
     from medvl_engine.errors import CancelledError
 
     reports: queue.Queue[tuple[int, int]] = queue.Queue()
-    cancelled = threading.Event()
+    cancelled = cancel if cancel is not None else threading.Event()
     outcome: dict[str, Any] = {}
 
     def callback(done: int, total: int) -> None:
@@ -64,6 +69,8 @@ def run_with_progress(
     last = Progress(stage)
     try:
         while helper.is_alive() or not reports.empty():
+            if cancelled.is_set():
+                raise CancelledError(f"{stage} was cancelled.")
             try:
                 done, total = reports.get(timeout=_POLL_S)
             except queue.Empty:
