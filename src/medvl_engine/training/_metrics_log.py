@@ -1,0 +1,74 @@
+"""JSONL metrics and a progress bar with ETA, written by rank 0 only."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsLog", "Progress"]
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _plain(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class MetricsLog:
+    """Appends one JSON object per line to ``path`` (flushed at once); inactive off rank 0."""
+
+    def __init__(self, path: Path, active: bool) -> None:
+        self.path = path
+        self.active = active
+        self._file = None
+        if active:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps(_plain({"time": time.time(), **record})) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class Progress:
+    """tqdm bar over optimiser steps (ETA from tqdm); silent when disabled or off rank 0."""
+
+    def __init__(self, total: int, initial: int, enabled: bool, description: str) -> None:
+        self._bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(
+                total=total,
+                initial=initial,
+                desc=description,
+                unit="step",
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
+
+    def update(self, loss: float) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

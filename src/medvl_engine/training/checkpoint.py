@@ -1,0 +1,84 @@
+"""Atomic checkpoints holding everything an exact resume needs.
+
+A checkpoint is one ``torch.save`` file with: the unwrapped model state dict, the
+optimiser and scheduler state, the loop position (step, epoch, batch index within
+the epoch), the RNG states of python, numpy and torch (CPU and CUDA), counters, and
+the resolved configuration. Only plain Python values and tensors are stored so that
+it loads with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from medvl_engine.errors import CorruptFileError
+
+__all__ = ["save_checkpoint", "load_checkpoint", "capture_rng_state", "restore_rng_state"]
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """RNG states of python, numpy and torch (CPU and every CUDA device) as plain values."""
+    kind, keys, position, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": [kind, keys.tolist(), int(position), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _as_tuple(value: Any) -> Any:
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    random.setstate(_as_tuple(state["python"]))
+    kind, keys, position, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``path`` atomically (temporary file in the same folder + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            torch.save(payload, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint` onto the CPU."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CorruptFileError(
+            f"checkpoint {path} does not exist; check run.resume or start without it.", path
+        ) from None
+    except Exception as error:
+        raise CorruptFileError(
+            f"checkpoint {path} cannot be read ({type(error).__name__}); it is damaged or not "
+            "a medvl checkpoint: resume from another one.",
+            path,
+        ) from None
