@@ -9,8 +9,8 @@ __all__ = ["cache_dir"]
 
 
 def cache_dir(*parts: str) -> Path:
-    """``$MEDVL_CACHE_DIR`` (default ``~/.cache/medvl``) / ``parts``, created on demand."""
-    root = os.environ.get("MEDVL_CACHE_DIR") or Path.home() / ".cache" / "medvl"
+    """``$MEDVL_CACHE`` (default ``~/.cache/medvl``) / ``parts``, created on demand."""
+    root = os.environ.get("MEDVL_CACHE") or Path.home() / ".cache" / "medvl"
     folder = Path(root).joinpath(*parts)
     folder.mkdir(parents=True, exist_ok=True)
     return folder

@@ -39,12 +39,18 @@ def get_reader(path: str | Sequence[str]) -> Callable[..., list[LayerData]] | No
 
 def _open(path: str) -> tuple[str, Any]:
     """Open one file or DICOM folder as ("slide", Slide) or ("mammogram", Mammogram)."""
-    from medvl_engine.io import detect_kind, open_mammogram, open_slide
+    from medvl_engine.errors import UnsupportedFormatError
+    from medvl_engine.io.slide import open_slide
 
-    kind = detect_kind(path)
-    if kind == "mammogram":
-        return "mammogram", open_mammogram(path)
-    return "slide", open_slide(path)
+    candidate = Path(path)
+    if candidate.is_file() and candidate.suffix.lower() in AMBIGUOUS_SUFFIXES:
+        from medvl_engine.io.mammo import open_mammogram
+
+        try:
+            return "mammogram", open_mammogram(candidate)
+        except UnsupportedFormatError:
+            pass  # e.g. a DICOM whole-slide image or a colour PNG: a slide
+    return "slide", open_slide(candidate)
 
 
 def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData]:

@@ -1,0 +1,83 @@
+"""Pieces every MedVL dock widget shares: layer pickers, run/cancel/progress, layer upserts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from magicgui.widgets import Container, Label, ProgressBar, PushButton
+
+from napari_medvl._job_runner import JobRunner
+from napari_medvl._layers import LayerData
+from napari_medvl._progress import Progress
+
+__all__ = ["JobControls", "layers_of_kind", "upsert_layer"]
+
+
+def layers_of_kind(viewer: Any, kind: str) -> list[tuple[str, Any]]:
+    """(name, layer) of the viewer's layers whose metadata says ``medvl_kind == kind``."""
+    return [
+        (layer.name, layer)
+        for layer in viewer.layers
+        if getattr(layer, "metadata", {}).get("medvl_kind") == kind
+    ]
+
+
+def upsert_layer(viewer: Any, layer_data: LayerData) -> Any:
+    """Add the layer, or replace the data and settings of a same-named layer of the same type.
+
+    Re-running a prompt updates its layer in place instead of piling up copies.
+    """
+    from napari.layers import Layer
+
+    data, kwargs, layer_type = layer_data
+    name = kwargs.get("name")
+    if name in viewer.layers and viewer.layers[name]._type_string == layer_type:
+        viewer.layers.remove(name)
+    layer = Layer.create(data, kwargs, layer_type)
+    viewer.add_layer(layer)
+    return layer
+
+
+class JobControls(Container):
+    """Run and Cancel buttons, a progress bar and a status line bound to one JobRunner."""
+
+    def __init__(self, run_text: str = "Run") -> None:
+        self.run_button = PushButton(text=run_text)
+        self.cancel_button = PushButton(text="Cancel", enabled=False)
+        self.progress = ProgressBar(value=0, min=0, max=1, visible=False)
+        self.status = Label(value="")
+        super().__init__(
+            widgets=[
+                Container(widgets=[self.run_button, self.cancel_button], layout="horizontal"),
+                self.progress,
+                self.status,
+            ],
+            labels=False,
+        )
+        self.cancel_button.changed.connect(self._cancel_clicked)
+        self.runner: JobRunner | None = None
+
+    def bind(self, on_result: Any) -> JobRunner:
+        """Create the widget's JobRunner, reporting into these controls."""
+        self.runner = JobRunner(self.show_progress, on_result, self.set_running)
+        return self.runner
+
+    def _cancel_clicked(self) -> None:
+        if self.runner is not None and self.runner.running:
+            self.runner.cancel()
+            self.status.value = "Cancelled."
+
+    def set_running(self, running: bool) -> None:
+        self.cancel_button.enabled = running
+        self.progress.visible = running
+        if running:
+            self.progress.max = 0  # busy until a total is known
+            self.status.value = "Working..."
+
+    def show_progress(self, report: Progress) -> None:
+        if report.total > 0:
+            self.progress.max = report.total
+            self.progress.value = min(report.done, report.total)
+            self.status.value = f"{report.stage}: {report.done} / {report.total}"
+        else:
+            self.status.value = f"{report.stage}..."
