@@ -1,0 +1,119 @@
+"""CONCH adapters: v1 through the optional `conch` package, v1.5 vision tower for features only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from medvl_engine.encoders._base import PatchTextEncoder
+from medvl_engine.encoders._preprocess import ImagePreprocess
+from medvl_engine.errors import MissingDependencyError, ModelNotFoundError
+
+__all__ = [
+    "ConchV1Encoder",
+    "ConchV15Encoder",
+    "TextTowerUnavailableError",
+    "load_conch_v1",
+    "load_conch_v15",
+]
+
+_OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+_OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+CONCH_INSTALL = "pip install git+https://github.com/mahmoodlab/CONCH"
+
+
+class TextTowerUnavailableError(ModelNotFoundError):
+    """The model has no public text encoder, so it cannot embed prompts."""
+
+
+class ConchV1Encoder(PatchTextEncoder):
+    """CONCH v1 (CoCa ViT-B/16, 448 px): contrastive image and text embeddings [., 512]."""
+
+    def __init__(self, model: torch.nn.Module, tokenize, *, name: str, device="cpu") -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenize = tokenize
+        self.preprocess = ImagePreprocess(
+            shortest_edge=448, crop_size=(448, 448), mean=_OPENAI_MEAN, std=_OPENAI_STD
+        )
+        self.name = name
+        self.embed_dim = 512
+        self.patch_size = 448
+        self.target_mpp = 0.5
+
+    def _embed_patches(self, patches: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_image(
+            self.preprocess(patches), proj_contrast=True, normalize=False
+        )
+
+    def _embed_text(self, texts: list[str]) -> torch.Tensor:
+        return self.model.encode_text(self.tokenize(texts).to(self.device), normalize=False)
+
+
+class ConchV15Encoder(PatchTextEncoder):
+    """CONCH v1.5 vision tower (ViT-L/16, 448 px, [B, 768]); no public patch-level text tower."""
+
+    def __init__(self, vision: torch.nn.Module, *, name: str, embed_dim: int = 768, device="cpu"):
+        self.device = torch.device(device)
+        self.vision = vision.to(self.device).eval()
+        self.preprocess = ImagePreprocess(
+            shortest_edge=448,
+            crop_size=(448, 448),
+            mean=(0.485, 0.456, 0.406),
+            std=(0.229, 0.224, 0.225),
+        )
+        self.name = name
+        self.embed_dim = embed_dim
+        self.patch_size = 448
+        self.target_mpp = 0.5
+
+    def _embed_patches(self, patches: torch.Tensor) -> torch.Tensor:
+        return self.vision(self.preprocess(patches))
+
+    def _embed_text(self, texts: list[str]) -> torch.Tensor:
+        raise TextTowerUnavailableError(
+            f"{self.name} can embed patches but not prompts: CONCH v1.5's patch-level text encoder "
+            "is not public; use it for features only, or load a LIMIT-tuned text tower folder "
+            "(model_type medvl-text-tower) whose vision_encoder is conch-v1.5, or use conch-v1."
+        )
+
+
+def load_conch_v1(checkpoint: Path, *, name: str, device="cpu") -> ConchV1Encoder:
+    """CONCH v1 from its checkpoint file (``pytorch_model.bin`` of MahmoodLab/CONCH)."""
+    try:
+        from conch.open_clip_custom import create_model_from_pretrained, get_tokenizer, tokenize
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"Loading {name} needs the optional CONCH package, which is not installed; run "
+            f"`{CONCH_INSTALL}`."
+        ) from error
+    if checkpoint.is_dir():
+        checkpoint = checkpoint / "pytorch_model.bin"
+    if not checkpoint.is_file():
+        raise ModelNotFoundError(
+            f"CONCH checkpoint {checkpoint} does not exist; download MahmoodLab/CONCH from Hugging "
+            "Face (request access first) and pass its folder or pytorch_model.bin.",
+            checkpoint,
+        )
+    model, _ = create_model_from_pretrained("conch_ViT-B-16", checkpoint_path=str(checkpoint))
+    tokenizer = get_tokenizer()
+    return ConchV1Encoder(
+        model, lambda texts: tokenize(texts=texts, tokenizer=tokenizer), name=name, device=device
+    )
+
+
+def load_conch_v15(folder: Path, *, name: str, device="cpu") -> ConchV15Encoder:
+    """CONCH v1.5's vision tower from a local MahmoodLab/TITAN snapshot (its ``return_conch()``)."""
+    from transformers import AutoModel
+
+    try:
+        titan = AutoModel.from_pretrained(folder, trust_remote_code=True, local_files_only=True)
+        vision, _ = titan.return_conch()
+    except (OSError, AttributeError, ImportError) as error:
+        raise ModelNotFoundError(
+            f"{folder} is not a usable MahmoodLab/TITAN snapshot holding CONCH v1.5 ({error}); "
+            "download it with `huggingface-cli download MahmoodLab/TITAN` after requesting access.",
+            folder,
+        ) from error
+    return ConchV15Encoder(vision, name=name, device=device)

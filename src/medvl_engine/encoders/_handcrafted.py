@@ -1,0 +1,187 @@
+"""Handcrafted H&E patch descriptors: colour (RGB, HED, HSV), nuclear density and texture.
+
+``handcrafted_features(patches)`` maps uint8 [B, H, W, 3] to float32 [B, 64]; every
+feature is a fixed, deterministic function of the pixels (no learned weights).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["FEATURE_NAMES", "handcrafted_features"]
+
+# Ruifrok & Johnston stain vectors (rows: haematoxylin, eosin, DAB), as skimage's rgb_from_hed.
+_RGB_FROM_HED = torch.tensor(
+    [[0.65, 0.70, 0.29], [0.07, 0.99, 0.11], [0.27, 0.57, 0.78]], dtype=torch.float64
+)
+_HED_FROM_RGB = torch.linalg.inv(_RGB_FROM_HED).float()
+_WORK_SIZE = 96
+_OD_SCALE = 0.6  # optical densities are divided by this before histogramming into [0, 1]
+
+FEATURE_NAMES: tuple[str, ...] = (
+    *(f"rgb_mean_{c}" for c in "rgb"),
+    *(f"rgb_std_{c}" for c in "rgb"),
+    *(f"hed_mean_{c}" for c in "hed"),
+    *(f"hed_std_{c}" for c in "hed"),
+    "sat_mean",
+    "sat_std",
+    "val_mean",
+    "val_std",
+    "hue_cos",
+    "hue_sin",
+    *(f"gray_hist_{i}" for i in range(8)),
+    *(f"haem_hist_{i}" for i in range(8)),
+    *(f"eosin_hist_{i}" for i in range(8)),
+    "haem_gt_0.15",
+    "haem_gt_0.30",
+    "haem_gt_0.45",
+    "dark_lt_0.35",
+    "dark_lt_0.50",
+    "white_gt_0.85",
+    "white_gt_0.92",
+    "grad_mean",
+    "grad_std",
+    "grad2_mean",
+    "grad2_std",
+    "lap_mean",
+    "lap2_mean",
+    "local_var",
+    "haem_grad_mean",
+    "gray_corr_x",
+    "gray_corr_y",
+    "haem_corr_x",
+    "haem_corr_y",
+    "corr_rg",
+    "corr_rb",
+    "corr_gb",
+)
+
+
+def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
+    """Descriptors of RGB patches: uint8 [B, H, W, 3] -> float32 [B, 64] (see FEATURE_NAMES)."""
+    rgb = patches.permute(0, 3, 1, 2).float() / 255.0
+    if rgb.shape[-1] != _WORK_SIZE or rgb.shape[-2] != _WORK_SIZE:
+        rgb = F.interpolate(rgb, size=(_WORK_SIZE, _WORK_SIZE), mode="area")
+    batch = rgb.shape[0]
+    flat = rgb.flatten(2)  # [B, 3, P]
+    gray = (0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2]).unsqueeze(1)  # [B, 1, h, w]
+
+    optical_density = -torch.log(rgb.clamp_min(1 / 255))  # [B, 3, h, w]
+    hed = torch.einsum("bchw,cd->bdhw", optical_density, _HED_FROM_RGB.to(rgb.device)).clamp_min(0)
+    haem = hed[:, :1]
+    hed_flat = hed.flatten(2)
+
+    value = flat.max(1).values
+    minimum = flat.min(1).values
+    saturation = (value - minimum) / value.clamp_min(1e-6)
+    hue = _hue(flat, value, minimum)
+    weight = saturation / saturation.sum(1, keepdim=True).clamp_min(1e-6)
+    hue_cos = (torch.cos(hue) * weight).sum(1)
+    hue_sin = (torch.sin(hue) * weight).sum(1)
+
+    gray_flat = gray.flatten(1)
+    haem_flat = haem.flatten(1)
+    grad, lap = _gradient_magnitude(gray), _laplacian(gray)
+    gray_half = F.avg_pool2d(gray, 2)
+    grad2, lap2 = _gradient_magnitude(gray_half), _laplacian(gray_half)
+    local_mean = F.avg_pool2d(gray, 5, stride=1)
+    local_var = F.avg_pool2d(gray**2, 5, stride=1) - local_mean**2
+
+    features = [
+        flat.mean(2),
+        flat.std(2),
+        hed_flat.mean(2),
+        hed_flat.std(2),
+        torch.stack([saturation.mean(1), saturation.std(1), value.mean(1), value.std(1)], 1),
+        torch.stack([hue_cos, hue_sin], 1),
+        _histogram(gray_flat, 8),
+        _histogram(haem_flat / _OD_SCALE, 8),
+        _histogram(hed_flat[:, 1] / _OD_SCALE, 8),
+        torch.stack([(haem_flat > t).float().mean(1) for t in (0.15, 0.30, 0.45)], 1),
+        torch.stack([(gray_flat < t).float().mean(1) for t in (0.35, 0.50)], 1),
+        torch.stack([(gray_flat > t).float().mean(1) for t in (0.85, 0.92)], 1),
+        torch.stack(
+            [
+                grad.flatten(1).mean(1),
+                grad.flatten(1).std(1),
+                grad2.flatten(1).mean(1),
+                grad2.flatten(1).std(1),
+                lap.abs().flatten(1).mean(1),
+                lap2.abs().flatten(1).mean(1),
+                local_var.flatten(1).mean(1),
+                _gradient_magnitude(haem).flatten(1).mean(1),
+            ],
+            1,
+        ),
+        torch.stack(
+            [
+                _neighbour_correlation(gray, dim=-1),
+                _neighbour_correlation(gray, dim=-2),
+                _neighbour_correlation(haem, dim=-1),
+                _neighbour_correlation(haem, dim=-2),
+            ],
+            1,
+        ),
+        _channel_correlations(flat),
+    ]
+    out = torch.cat([f.reshape(batch, -1) for f in features], dim=1)
+    return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _hue(flat: torch.Tensor, value: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+    """Hue angle in radians [B, P] of RGB pixels [B, 3, P] (HSV hexcone)."""
+    r, g, b = flat[:, 0], flat[:, 1], flat[:, 2]
+    chroma = (value - minimum).clamp_min(1e-6)
+    hue = torch.where(
+        value == r,
+        ((g - b) / chroma) % 6,
+        torch.where(value == g, (b - r) / chroma + 2, (r - g) / chroma + 4),
+    )
+    return hue * (torch.pi / 3)
+
+
+def _histogram(values: torch.Tensor, bins: int) -> torch.Tensor:
+    """Fraction of each row's values in ``bins`` equal bins over [0, 1]: [B, P] -> [B, bins]."""
+    index = (values.clamp(0, 1 - 1e-6) * bins).long()
+    counts = torch.zeros(values.shape[0], bins, device=values.device)
+    counts.scatter_add_(1, index, torch.ones_like(values))
+    return counts / values.shape[1]
+
+
+def _gradient_magnitude(image: torch.Tensor) -> torch.Tensor:
+    """Central-difference gradient magnitude of [B, 1, h, w] -> [B, 1, h-2, w-2]."""
+    dx = image[..., 1:-1, 2:] - image[..., 1:-1, :-2]
+    dy = image[..., 2:, 1:-1] - image[..., :-2, 1:-1]
+    return torch.sqrt(dx**2 + dy**2 + 1e-12)
+
+
+def _laplacian(image: torch.Tensor) -> torch.Tensor:
+    """4-neighbour Laplacian of [B, 1, h, w] -> [B, 1, h-2, w-2]."""
+    centre = image[..., 1:-1, 1:-1]
+    return (
+        image[..., :-2, 1:-1]
+        + image[..., 2:, 1:-1]
+        + image[..., 1:-1, :-2]
+        + image[..., 1:-1, 2:]
+        - 4 * centre
+    )
+
+
+def _neighbour_correlation(image: torch.Tensor, dim: int) -> torch.Tensor:
+    """Pearson correlation of pixels with their neighbour along ``dim``: [B, 1, h, w] -> [B]."""
+    a = image.narrow(dim, 0, image.shape[dim] - 1).flatten(1)
+    b = image.narrow(dim, 1, image.shape[dim] - 1).flatten(1)
+    a = a - a.mean(1, keepdim=True)
+    b = b - b.mean(1, keepdim=True)
+    return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-6)
+
+
+def _channel_correlations(flat: torch.Tensor) -> torch.Tensor:
+    """Pearson correlations r-g, r-b, g-b of [B, 3, P] -> [B, 3]."""
+    centred = flat - flat.mean(2, keepdim=True)
+    norms = centred.norm(dim=2).clamp_min(1e-6)
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    return torch.stack(
+        [(centred[:, i] * centred[:, j]).sum(1) / (norms[:, i] * norms[:, j]) for i, j in pairs], 1
+    )

@@ -1,0 +1,142 @@
+"""A transformers text backbone + pooling + optional linear projection, saved as a model folder.
+
+Folder layout (``config.json`` keys used here):
+    text_config   the backbone's transformers config dict (with its own ``model_type``: bert,
+                  clip_text_model, ...)
+    pooling       "mean" (masked token mean), "cls" (first token) or "pooler" (the backbone's
+                  pooler_output, the EOS token for CLIPTextModel)
+    normalize_pooled  L2-normalise the pooled vector before the projection
+    projection    {"in_features": E, "out_features": D, "bias": bool} or null
+    max_length    tokenizer truncation length
+model.safetensors holds ``text.<backbone keys>`` and ``projection.weight`` / ``projection.bias``;
+tokenizer files sit at the folder's top level.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["TextTower", "text_tower_config", "load_text_tower"]
+
+_POOLINGS = ("mean", "cls", "pooler")
+
+
+class TextTower(torch.nn.Module):
+    """Texts -> [T, D]: backbone token states [T, L, E] -> pooled [T, E] -> projection [T, D]."""
+
+    def __init__(
+        self,
+        backbone: torch.nn.Module,
+        tokenizer,
+        *,
+        pooling: str = "mean",
+        normalize_pooled: bool = False,
+        projection: torch.nn.Linear | None = None,
+        max_length: int = 128,
+    ) -> None:
+        super().__init__()
+        if pooling not in _POOLINGS:
+            raise ValueError(f"pooling must be one of {_POOLINGS}, got {pooling!r}")
+        self.text = backbone
+        self.tokenizer = tokenizer
+        self.pooling = pooling
+        self.normalize_pooled = normalize_pooled
+        self.projection = projection
+        self.max_length = max_length
+
+    @property
+    def output_dim(self) -> int:
+        if self.projection is not None:
+            return int(self.projection.out_features)
+        return int(self.text.config.hidden_size)
+
+    def tokenize(
+        self, texts: list[str], device: torch.device | None = None
+    ) -> dict[str, torch.Tensor]:
+        tokens = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {k: v.to(device) for k, v in tokens.items()} if device is not None else dict(tokens)
+
+    def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Token ids [T, L] -> pooled backbone states [T, E] (before the projection)."""
+        output = self.text(input_ids=input_ids, attention_mask=attention_mask)
+        if self.pooling == "pooler":
+            pooled = output.pooler_output
+        elif self.pooling == "cls":
+            pooled = output.last_hidden_state[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(output.last_hidden_state.dtype)
+            pooled = (output.last_hidden_state * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+        if self.normalize_pooled:
+            pooled = F.normalize(pooled, dim=-1)
+        return pooled
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Token ids [T, L] -> text embeddings [T, D] (not normalised)."""
+        pooled = self.pooled(input_ids, attention_mask)
+        return self.projection(pooled) if self.projection is not None else pooled
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        device = next(self.parameters()).device
+        tokens = self.tokenize(texts, device)
+        return self(tokens["input_ids"], tokens["attention_mask"])
+
+
+def text_tower_config(tower: TextTower) -> dict[str, Any]:
+    """The config.json entries that describe ``tower`` (merge them into a model folder's config)."""
+    projection = None
+    if tower.projection is not None:
+        projection = {
+            "in_features": int(tower.projection.in_features),
+            "out_features": int(tower.projection.out_features),
+            "bias": tower.projection.bias is not None,
+        }
+    return {
+        "text_config": tower.text.config.to_dict(),
+        "pooling": tower.pooling,
+        "normalize_pooled": tower.normalize_pooled,
+        "projection": projection,
+        "max_length": tower.max_length,
+    }
+
+
+def load_text_tower(
+    folder: Path, config: dict[str, Any], state: dict[str, torch.Tensor]
+) -> TextTower:
+    """Rebuild a :class:`TextTower` from a folder's config dict and its loaded state dict."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    text_config = dict(config["text_config"])
+    backbone_type = text_config.pop("model_type")
+    backbone_config = AutoConfig.for_model(backbone_type, **text_config)
+    backbone = AutoModel.from_config(backbone_config)
+    projection = None
+    if config.get("projection"):
+        spec = config["projection"]
+        projection = torch.nn.Linear(spec["in_features"], spec["out_features"], bias=spec["bias"])
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tower = TextTower(
+        backbone,
+        tokenizer,
+        pooling=config.get("pooling", "mean"),
+        normalize_pooled=bool(config.get("normalize_pooled", False)),
+        projection=projection,
+        max_length=int(config.get("max_length", 128)),
+    )
+    wanted = {k: v for k, v in state.items() if k.startswith(("text.", "projection."))}
+    missing, unexpected = tower.load_state_dict(wanted, strict=False)
+    missing = [k for k in missing if not k.endswith("position_ids")]
+    if missing or unexpected:
+        from medvl_engine.errors import CorruptFileError
+
+        raise CorruptFileError(
+            f"Model folder {folder} has weights that do not match its config.json "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); re-save the model.",
+            folder,
+        )
+    return tower.eval()

@@ -1,0 +1,114 @@
+"""Tiny randomly initialised models saved as real model folders, for offline tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+
+def _byte_symbols() -> list[str]:
+    """The 256 printable stand-ins byte-level BPE uses for raw bytes (GPT-2's table)."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    symbols, extra = [], 0
+    for byte in range(256):
+        if byte in printable:
+            symbols.append(chr(byte))
+        else:
+            symbols.append(chr(256 + extra))
+            extra += 1
+    return symbols
+
+
+def write_byte_bpe_tokenizer(folder: Path) -> int:
+    """Write vocab.json (256 byte symbols, also with "</w>", 2 specials) + merges.txt."""
+    symbols = _byte_symbols()
+    tokens = symbols + [s + "</w>" for s in symbols] + ["<|startoftext|>", "<|endoftext|>"]
+    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return len(tokens)
+
+
+def make_tiny_clip(folder: Path, image_size: int = 32, projection_dim: int = 16) -> Path:
+    """Save a random CLIPModel + CLIPTokenizer + preprocessor_config.json to ``folder``."""
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab_size = write_byte_bpe_tokenizer(folder)
+    tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    tokenizer.save_pretrained(folder)
+    config = CLIPConfig(
+        text_config={
+            "vocab_size": vocab_size,
+            "hidden_size": 32,
+            "intermediate_size": 37,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 64,
+            "eos_token_id": tokenizer.eos_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 37,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": image_size,
+            "patch_size": 8,
+        },
+        projection_dim=projection_dim,
+    )
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(folder)
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "image_processor_type": "CLIPImageProcessor",
+                "do_resize": True,
+                "size": {"shortest_edge": image_size},
+                "do_center_crop": True,
+                "crop_size": {"height": image_size, "width": image_size},
+                "do_normalize": True,
+                "image_mean": [0.48145466, 0.4578275, 0.40821073],
+                "image_std": [0.26862954, 0.26130258, 0.27577711],
+                "resample": 3,
+                "rescale_factor": 1 / 255,
+            }
+        )
+    )
+    return folder
+
+
+def make_tiny_bert_tower(out_dim: int):
+    """A random 1-layer BertModel + WordPiece tokenizer as a TextTower -> [T, out_dim]."""
+    import tempfile
+
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    from medvl_engine.encoders import TextTower
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz")
+    words += ["tumor", "stroma", "fat", "necrosis", "lymphocytes", "##s", "##e"]
+    with tempfile.TemporaryDirectory() as scratch:
+        vocab = Path(scratch) / "vocab.txt"
+        vocab.write_text("\n".join(words) + "\n")
+        tokenizer = BertTokenizer(str(vocab))
+    config = BertConfig(
+        vocab_size=len(words),
+        hidden_size=24,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(1)
+    projection = torch.nn.Linear(24, out_dim, bias=True)
+    return TextTower(
+        BertModel(config), tokenizer, pooling="cls", projection=projection, max_length=32
+    )
