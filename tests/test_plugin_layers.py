@@ -15,6 +15,7 @@ from napari_medvl._layers import (
     mammogram_layers,
     slide_frame,
     slide_layer,
+    topk_layers,
 )
 
 
@@ -113,3 +114,59 @@ def test_grid_layer_cells_cover_their_level0_patches():
 def test_grid_layer_rejects_non_2d_scores():
     with pytest.raises(ValueError, match="2-D"):
         grid_image_layer(np.zeros((2, 2, 2)), WorldFrame(), cell_size_px=1)
+
+
+class _MirroredBreast:
+    """CC mirrored and scaled by 0.5 in x, 2 in y; MLO scaled, not mirrored."""
+
+    image = np.zeros((1536, 1536), dtype=np.float32)
+
+    def to_source(self, view, points_xy):
+        points = np.asarray(points_xy, dtype=np.float64)
+        if view == "CC":
+            return np.stack([1000 - points[:, 0] * 0.5, points[:, 1] * 2.0], axis=1)
+        return np.stack([points[:, 0] * 0.5, (points[:, 1] - 768) * 2.0], axis=1)
+
+
+def _topk_result():
+    importance = np.zeros((16, 16), dtype=np.float32)
+    importance[2, 3] = 0.7  # CC half: breast px x [288, 384), y [192, 288)
+    importance[9, 0] = 0.3  # MLO half: breast px x [0, 96), y [864, 960)
+    return SimpleNamespace(
+        importance=importance,
+        boxes={"CC": np.array([[808.0, 384.0, 856.0, 576.0]]), "MLO": np.zeros((0, 4))},
+        scores={"CC": np.array([0.7]), "MLO": np.zeros(0)},
+        ranks={"CC": np.array([1]), "MLO": np.zeros(0, dtype=np.int64)},
+    )
+
+
+def _cell_centre_world(layer_data, row, col):
+    _, kwargs, _ = layer_data
+    return np.asarray(kwargs["translate"]) + np.array([row, col]) * np.asarray(kwargs["scale"])
+
+
+def test_importance_map_lands_on_the_tissue_it_scored_in_each_view():
+    frames = {"CC": WorldFrame(), "MLO": WorldFrame(offset_x=600.0)}
+    layers = topk_layers(_topk_result(), _MirroredBreast(), frames, laterality="L")
+    by_name = {kwargs["name"]: (data, kwargs, kind) for data, kwargs, kind in layers}
+    cc = by_name["TopK L importance CC"]
+    hot = np.argwhere(cc[0] == cc[0].max())[0]
+    # mirrored x: breast [288, 384) -> source [808, 856); y x2: [192, 288) -> [384, 576)
+    np.testing.assert_allclose(_cell_centre_world(cc, *hot), [480.0, 832.0])
+    mlo = by_name["TopK L importance MLO"]
+    hot = np.argwhere(mlo[0] == mlo[0].max())[0]
+    # MLO: x [0, 96) -> [0, 48), y [864, 960) -> [192, 384), shifted right by 600
+    np.testing.assert_allclose(_cell_centre_world(mlo, *hot), [288.0, 624.0])
+    assert mlo[1]["scale"] == (192.0, 48.0)
+
+
+def test_topk_boxes_sit_on_their_views_with_engine_ranks():
+    frames = {"CC": WorldFrame(offset_x=100.0), "MLO": WorldFrame(offset_x=600.0)}
+    layers = topk_layers(_topk_result(), _MirroredBreast(), frames)
+    by_name = {kwargs["name"]: (data, kwargs, kind) for data, kwargs, kind in layers}
+    rectangles, kwargs, kind = by_name["TopK boxes CC"]
+    assert kind == "shapes"
+    np.testing.assert_allclose(np.asarray(rectangles[0]).min(axis=0), [384.0, 908.0])
+    np.testing.assert_allclose(np.asarray(rectangles[0]).max(axis=0), [576.0, 956.0])
+    assert list(kwargs["features"]["rank"]) == [1]
+    assert by_name["TopK boxes MLO"][0] == []

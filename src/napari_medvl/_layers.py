@@ -31,6 +31,8 @@ __all__ = [
     "mammogram_layers",
     "boxes_layer",
     "grid_image_layer",
+    "importance_layers",
+    "topk_layers",
 ]
 
 LayerData = tuple[Any, dict[str, Any], str]
@@ -172,25 +174,30 @@ def boxes_layer(
     edge_color: str = "yellow",
     text_format: str = "#{rank} {score:.2f}",
     extra_features: dict[str, Sequence[Any]] | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> LayerData:
     """Rectangles for boxes [N, 4] (x0, y0, x1, y1) in the frame's source px.
 
     Returns a shapes layer whose rectangles are [N, 4, 2] (y, x) world corners,
     with features ``rank`` (1 = best), ``score`` and the text ``text_format``.
-    Boxes are drawn in the order given; ranks follow descending score.
+    Boxes are drawn in the order given; ranks follow descending score unless
+    ``ranks`` are given.
     """
     boxes = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
     score_array = np.asarray(scores, dtype=np.float64).reshape(-1)
     if len(score_array) != len(boxes):
         raise ValueError(f"{len(boxes)} boxes but {len(score_array)} scores")
-    order = np.argsort(-score_array, kind="stable")
-    ranks = np.empty(len(boxes), dtype=np.int64)
-    ranks[order] = np.arange(1, len(boxes) + 1)
+    if ranks is None:
+        order = np.argsort(-score_array, kind="stable")
+        rank_array = np.empty(len(boxes), dtype=np.int64)
+        rank_array[order] = np.arange(1, len(boxes) + 1)
+    else:
+        rank_array = np.asarray(ranks, dtype=np.int64).reshape(-1)
     rectangles = []
     for x0, y0, x1, y1 in boxes:
         corners_xy = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
         rectangles.append(frame.to_world(corners_xy))
-    features: dict[str, Any] = {"rank": ranks, "score": score_array}
+    features: dict[str, Any] = {"rank": rank_array, "score": score_array}
     for key, values in (extra_features or {}).items():
         features[key] = list(values)
     kwargs = {
@@ -254,3 +261,102 @@ def grid_image_layer(
         **shifted.image_transform(step_y, step_x),
     }
     return values, kwargs, "image"
+
+
+def _view_axis_map(breast: Any, view: str, y_range: tuple[float, float]) -> tuple[float, ...]:
+    """Per-axis linear map of a view's half of the breast image to that view's source px.
+
+    Returns (scale_x, offset_x, scale_y, offset_y) with source = offset + scale * breast,
+    measured from two opposite corners through the engine's ``breast.to_source``.
+    """
+    side = float(np.asarray(breast.image).shape[1])
+    corners = np.array([[0.0, y_range[0]], [side, y_range[1]]])
+    mapped = np.asarray(breast.to_source(view, corners), dtype=np.float64)
+    scale_x = (mapped[1, 0] - mapped[0, 0]) / side
+    scale_y = (mapped[1, 1] - mapped[0, 1]) / (y_range[1] - y_range[0])
+    return scale_x, mapped[0, 0], scale_y, mapped[0, 1] - scale_y * y_range[0]
+
+
+def importance_layers(
+    importance: np.ndarray,
+    breast: Any,
+    view_frames: dict[str, WorldFrame],
+    name_prefix: str = "importance",
+    opacity: float = 0.45,
+) -> list[LayerData]:
+    """The TopK importance map [G, G] over the breast image, split onto each source view.
+
+    Rows [0, G/2) cover the CC half of the breast image, rows [G/2, G) the MLO half; each
+    half is placed on its view's layer through ``breast.to_source`` (crop, resize and the
+    flip of right breasts), so cells sit over the tissue they scored.
+    """
+    grid = np.asarray(importance, dtype=np.float32)
+    rows = grid.shape[0]
+    side = float(np.asarray(breast.image).shape[0])
+    limits = (0.0, float(grid.max()) if grid.max() > 0 else 1.0)
+    layers: list[LayerData] = []
+    for view, (row_lo, row_hi) in (("CC", (0, rows // 2)), ("MLO", (rows // 2, rows))):
+        if view not in view_frames:
+            continue
+        part = grid[row_lo:row_hi]
+        y_range = (row_lo * side / rows, row_hi * side / rows)
+        scale_x, offset_x, scale_y, offset_y = _view_axis_map(breast, view, y_range)
+        cell_x = side / grid.shape[1] * scale_x
+        cell_y = side / rows * scale_y
+        origin_x = offset_x
+        origin_y = offset_y + scale_y * y_range[0]
+        if cell_x < 0:  # mirrored view: flip the columns so scales stay positive
+            part = part[:, ::-1]
+            origin_x += cell_x * part.shape[1]
+        if cell_y < 0:
+            part = part[::-1]
+            origin_y += cell_y * part.shape[0]
+        layers.append(
+            grid_image_layer(
+                part,
+                view_frames[view],
+                cell_size_px=(abs(cell_x), abs(cell_y)),
+                origin_px=(origin_x, origin_y),
+                name=f"{name_prefix} {view}",
+                colormap="inferno",
+                opacity=opacity,
+                contrast_limits=limits,
+                blending="additive",
+                metadata={"medvl_kind": "importance", "view": view},
+            )
+        )
+    return layers
+
+
+def topk_layers(
+    result: Any,
+    breast: Any,
+    view_frames: dict[str, WorldFrame],
+    laterality: str | None = None,
+) -> list[LayerData]:
+    """Layers for a TopK result: boxes on each source view plus the importance map.
+
+    ``result`` follows medvl_engine.models.topksiglip.TopKResult (boxes / ranks / scores
+    per view in that view's source px (x0, y0, x1, y1)); ``view_frames`` holds the world
+    frame of the CC and MLO image layers (their side-by-side offsets).
+    """
+    prefix = f"TopK {laterality}" if laterality else "TopK"
+    layers = importance_layers(
+        result.importance, breast, view_frames, name_prefix=f"{prefix} importance"
+    )
+    for view in ("CC", "MLO"):
+        if view not in view_frames:
+            continue
+        layers.append(
+            boxes_layer(
+                result.boxes[view],
+                result.scores[view],
+                view_frames[view],
+                name=f"{prefix} boxes {view}",
+                edge_color="lime",
+                text_format="#{rank} {score:.3f}",
+                ranks=result.ranks[view],
+                extra_features={"view": [view] * len(result.scores[view])},
+            )
+        )
+    return layers
