@@ -1,0 +1,70 @@
+"""ConvNeXt backbone of the TopKSigLIP vision tower (transformers ``ConvNextModel``).
+
+Grayscale mammograms ``[B, 1, H, W]`` in ``[0, 1]`` are repeated to 3 channels and normalised
+with the ImageNet statistics the pretrained weights expect.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from transformers import ConvNextConfig, ConvNextModel
+
+__all__ = ["CONVNEXT_TINY", "build_convnext", "grayscale_to_input", "pooled_features", "run_stages"]
+
+log = logging.getLogger(__name__)
+
+# ConvNeXt-Tiny (Liu et al. 2022), the paper's vision encoder.
+CONVNEXT_TINY = {"depths": [3, 3, 9, 3], "hidden_sizes": [96, 192, 384, 768]}
+_IMAGENET_MEAN = (0.485, 0.456, 0.406)
+_IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def build_convnext(
+    depths: list[int], hidden_sizes: list[int], pretrained: str | None = None
+) -> ConvNextModel:
+    """A ConvNeXt with the given stage depths and widths.
+
+    pretrained: a Hugging Face id or local folder (e.g. ``facebook/convnext-tiny-224``) whose
+    weights are loaded when they can be found (on disk, in the cache, or on the hub when online);
+    otherwise the model is randomly initialised and a warning is logged.
+    """
+    if pretrained:
+        try:
+            model = ConvNextModel.from_pretrained(pretrained)
+        except (OSError, ValueError) as error:
+            log.warning(
+                "ConvNeXt weights %s unavailable (%s); using random init.", pretrained, error
+            )
+        else:
+            if list(model.config.depths) == list(depths) and list(
+                model.config.hidden_sizes
+            ) == list(hidden_sizes):
+                return model
+            log.warning(
+                "ConvNeXt weights %s do not match the configured shape; random init.", pretrained
+            )
+    config = ConvNextConfig(depths=list(depths), hidden_sizes=list(hidden_sizes), num_channels=3)
+    return ConvNextModel(config)
+
+
+def grayscale_to_input(images: torch.Tensor) -> torch.Tensor:
+    """``[B, 1, H, W]`` in ``[0, 1]`` -> ``[B, 3, H, W]`` ImageNet-normalised."""
+    mean = torch.tensor(_IMAGENET_MEAN, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    std = torch.tensor(_IMAGENET_STD, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    return (images.expand(-1, 3, -1, -1) - mean) / std
+
+
+def run_stages(backbone: ConvNextModel, pixels: torch.Tensor, num_stages: int) -> torch.Tensor:
+    """Feature map after the stem and the first ``num_stages`` stages: ``[B, C_s, h, w]``."""
+    hidden = backbone.embeddings(pixels)
+    for stage in list(backbone.encoder.stages)[:num_stages]:
+        hidden = stage(hidden)
+    return hidden
+
+
+def pooled_features(backbone: ConvNextModel, pixels: torch.Tensor) -> torch.Tensor:
+    """Full backbone, global average pool and final LayerNorm: ``[B, C_last]``."""
+    hidden = run_stages(backbone, pixels, len(backbone.encoder.stages))
+    return backbone.layernorm(hidden.mean(dim=(-2, -1)))

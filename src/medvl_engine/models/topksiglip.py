@@ -1,0 +1,493 @@
+"""TopKSigLIP: a mammography vision-language model with a TopK-Patch vision tower.
+
+Vision tower (Sec. 3.2): the breast image ``[B, 1, S, S]`` (CC over MLO, S = 1536) is
+downsized by ``low_res_factor`` (3 -> 512) and scored by ``f_g``, the ConvNeXt truncated before
+its last stage, followed by a 1x1 convolution; the score map is sampled at the centres of the
+``G x G`` candidate patches (G = 16) to give ``s [B, N]``. Importance weights are
+``w = exp(s)`` (non-negative), so ``log w = s`` feeds :func:`gumbel_topk_relaxed` directly. K
+patches (181 px, 50% overlap) are extracted from the full-resolution image (Eq. 4), encoded by
+the same ConvNeXt ``f_l``, mean-pooled, projected and L2-normalised.
+
+Text tower: CLIP's text encoder with a 170-token context, EOS pooling, a projection, L2 norm.
+The similarity ``S_hat = z_v z_t^T`` is scaled by a learnable ``gamma`` (initialised at 10).
+
+A model is a directory: ``config.json`` (:class:`TopKSigLIPConfig`), ``model.safetensors`` and
+the tokenizer files; :func:`save_topksiglip` / :func:`load_topksiglip` write and read it offline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from medvl_engine.errors import ModelNotFoundError
+from medvl_engine.models import _clip_text, _convnext
+from medvl_engine.models.topk import (
+    PatchGeometry,
+    crop_patches,
+    extract_patches,
+    gumbel_topk_relaxed,
+    hard_topk,
+    selection_mask,
+)
+
+__all__ = [
+    "TopKResult",
+    "TopKSigLIP",
+    "TopKSigLIPConfig",
+    "VisionOutput",
+    "build_topksiglip",
+    "load_topksiglip",
+    "predict_topk",
+    "resolve_model",
+    "save_topksiglip",
+]
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+MODEL_TYPE = "medvl-topksiglip"
+
+# Named models: name -> folder (relative to the working directory) or hub id.
+MODEL_REGISTRY: dict[str, str] = {
+    "topksiglip-demo": "runs/topksiglip_demo/final",
+}
+
+
+@dataclass
+class TopKSigLIPConfig:
+    """Architecture and ablation switches of TopKSigLIP (the paper's values by default)."""
+
+    # Vision tower.
+    vision_pretrained: str | None = "facebook/convnext-tiny-224"
+    vision_depths: list[int] = field(default_factory=lambda: [3, 3, 9, 3])
+    vision_hidden_sizes: list[int] = field(default_factory=lambda: [96, 192, 384, 768])
+    vision_mode: Literal["topk", "full_image"] = "topk"
+    full_image_resolution: int = 1024  # side of the resized image for vision_mode=full_image
+    image_size: int = 1536  # breast image side S (CC on the top half, MLO below)
+    grid: int = 16  # G: candidates per axis, N = G * G
+    overlap: float = 0.5
+    low_res_factor: int = 3  # scorer input side = S / low_res_factor
+    k: int = 15  # patches sampled in training (free at inference)
+    tau_start: float = 1.0
+    tau_end: float = 2.0 / 3.0
+    tau_anneal_steps: int = 100_000  # training forwards over which tau goes linearly start -> end
+    # Text tower.
+    text_pretrained: str | None = "openai/clip-vit-base-patch32"
+    text_config: dict[str, Any] = field(default_factory=dict)  # fresh CLIPTextConfig fields
+    context_length: int = 170
+    # Joint space and objective.
+    embed_dim: int = 512
+    logit_scale_init: float = 10.0
+    logit_bias_init: float | None = None  # None: no bias
+    objective: Literal["sigmoid", "contrastive"] = "sigmoid"
+    target: Literal["tabular", "identity"] = "tabular"
+    roi_supervision: bool = True
+    dice_weight: float = 5.0
+
+    def geometry(self) -> PatchGeometry:
+        return PatchGeometry.from_image(self.image_size, self.grid, self.overlap)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_type": MODEL_TYPE, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TopKSigLIPConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in values.items() if key in names})
+
+
+@dataclass
+class VisionOutput:
+    """What the vision tower returns for a batch of B breast images.
+
+    embedding ``[B, C]`` (L2-normalised); log_weights ``[B, N]`` (``log w``, None for the
+    full-image tower); e ``[B, K, N]`` (relaxed selections in training, one-hots at inference);
+    indices ``[B, K]`` (argmax of each selection, the sampled candidates in order).
+    """
+
+    embedding: torch.Tensor
+    log_weights: torch.Tensor | None = None
+    e: torch.Tensor | None = None
+    indices: torch.Tensor | None = None
+
+    def selection(self) -> torch.Tensor | None:
+        """Soft selection mask ``[B, N]`` (Eq. 6), or None without TopK-Patch."""
+        return None if self.e is None else selection_mask(self.e)
+
+
+class TopKSigLIP(nn.Module):
+    """Vision tower (TopK-Patch or full image) + CLIP text tower + learnable logit scale."""
+
+    def __init__(self, config: TopKSigLIPConfig, tokenizer: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.geometry = config.geometry()
+        self.backbone = _convnext.build_convnext(
+            config.vision_depths, config.vision_hidden_sizes, config.vision_pretrained
+        )
+        widths = config.vision_hidden_sizes
+        self.scorer_head = nn.Conv2d(widths[-2], 1, kernel_size=1)
+        nn.init.zeros_(self.scorer_head.weight)
+        nn.init.zeros_(self.scorer_head.bias)
+        self.vision_projection = nn.Linear(widths[-1], config.embed_dim)
+        self.text_model = _clip_text.build_text_model(
+            config.text_pretrained, config.text_config, tokenizer
+        )
+        _clip_text.extend_position_embeddings(self.text_model, config.context_length)
+        self.text_projection = nn.Linear(self.text_model.config.hidden_size, config.embed_dim)
+        self.log_logit_scale = nn.Parameter(torch.tensor(math.log(config.logit_scale_init)))
+        if config.logit_bias_init is not None:
+            self.logit_bias = nn.Parameter(torch.tensor(float(config.logit_bias_init)))
+        else:
+            self.logit_bias = None
+        # Training forwards seen so far; drives the tau schedule and is saved with the weights.
+        self.register_buffer("train_forwards", torch.zeros((), dtype=torch.long))
+
+    # -- schedule ---------------------------------------------------------------------------
+    def tau(self) -> float:
+        """Current TopK temperature: linear from tau_start to tau_end over tau_anneal_steps."""
+        steps = max(self.config.tau_anneal_steps, 1)
+        progress = min(float(self.train_forwards.item()) / steps, 1.0)
+        return self.config.tau_start + (self.config.tau_end - self.config.tau_start) * progress
+
+    @property
+    def logit_scale(self) -> torch.Tensor:
+        return self.log_logit_scale.exp()
+
+    # -- vision -----------------------------------------------------------------------------
+    def importance_logits(self, images: torch.Tensor) -> torch.Tensor:
+        """``log w [B, N]`` from the low-resolution image (scorer ``f_g``).
+
+        images: ``[B, 1, S, S]`` in ``[0, 1]``. The stage-3 map ``[B, C3, h, w]`` goes through a
+        1x1 convolution, a 3x3 mean filter, and is sampled (bilinear) at the N candidate
+        centres, so score n describes the region of candidate n.
+        """
+        side = self.config.image_size // self.config.low_res_factor
+        low = F.interpolate(
+            images, size=(side, side), mode="bilinear", antialias=True, align_corners=False
+        )
+        stages = len(self.backbone.encoder.stages)
+        features = _convnext.run_stages(
+            self.backbone, _convnext.grayscale_to_input(low), stages - 1
+        )
+        scores = F.avg_pool2d(
+            self.scorer_head(features), 3, stride=1, padding=1, count_include_pad=False
+        )
+        geom = self.geometry
+        centres = torch.as_tensor(geom.origins(), dtype=scores.dtype, device=scores.device)
+        centres = (centres + geom.patch_size / 2.0) / geom.image_size * 2.0 - 1.0  # [-1, 1]
+        grid = centres.view(1, 1, -1, 2).expand(scores.shape[0], -1, -1, -1)
+        sampled = F.grid_sample(scores, grid, mode="bilinear", align_corners=False)
+        return sampled.view(scores.shape[0], -1)
+
+    def encode_patches(self, patches: torch.Tensor) -> torch.Tensor:
+        """Patches ``[B, K, 1, P, P]`` -> mean-pooled backbone features ``[B, C_last]``."""
+        b, k = patches.shape[:2]
+        flat = patches.reshape(b * k, *patches.shape[2:])
+        features = _convnext.pooled_features(self.backbone, _convnext.grayscale_to_input(flat))
+        return features.view(b, k, -1).mean(dim=1)
+
+    def encode_image(self, images: torch.Tensor, k: int | None = None) -> VisionOutput:
+        """Embed breast images ``[B, 1, S, S]`` in ``[0, 1]``.
+
+        In training mode (TopK-Patch): Gumbel noise, relaxed selections at the current tau and
+        soft patches (Eq. 2-4). In eval mode: the hard top-K of ``log w`` without noise and plain
+        crops (k defaults to ``config.k`` and may be changed freely at inference).
+        """
+        if images.ndim != 4 or images.shape[1] != 1:
+            raise ValueError(f"images must be [B, 1, S, S], got {tuple(images.shape)}")
+        if self.config.vision_mode == "full_image":
+            side = self.config.full_image_resolution
+            resized = images
+            if images.shape[-1] != side:
+                resized = F.interpolate(
+                    images, size=(side, side), mode="bilinear", antialias=True, align_corners=False
+                )
+            pooled = _convnext.pooled_features(self.backbone, _convnext.grayscale_to_input(resized))
+            return VisionOutput(F.normalize(self.vision_projection(pooled), dim=-1))
+        k = k or self.config.k
+        log_weights = self.importance_logits(images)
+        if self.training:
+            e = gumbel_topk_relaxed(log_weights, k, self.tau())
+            patches = extract_patches(images, e, self.geometry)
+            self.train_forwards += 1
+            indices = e.argmax(dim=-1)
+        else:
+            indices = hard_topk(log_weights, k)
+            e = F.one_hot(indices, self.geometry.num_candidates).to(log_weights.dtype)
+            patches = crop_patches(images, indices, self.geometry)
+        pooled = self.encode_patches(patches)
+        embedding = F.normalize(self.vision_projection(pooled), dim=-1)
+        return VisionOutput(embedding, log_weights, e, indices)
+
+    # -- text -------------------------------------------------------------------------------
+    def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """Token ids and attention mask ``[T, L]`` (L = context_length, padded and truncated)."""
+        encoded = self.tokenizer(
+            list(texts),
+            padding="max_length",
+            truncation=True,
+            max_length=self.config.context_length,
+            return_tensors="pt",
+        )
+        return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+
+    def encode_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Token ids ``[T, L]`` -> L2-normalised text embeddings ``[T, C]`` (EOS pooling)."""
+        out = self.text_model(input_ids=input_ids, attention_mask=attention_mask)
+        return F.normalize(self.text_projection(out.pooler_output), dim=-1)
+
+    def encode_text(self, texts: list[str]) -> torch.Tensor:
+        """Texts -> L2-normalised embeddings ``[T, C]`` on the model's device."""
+        tokens = self.tokenize(texts)
+        device = self.log_logit_scale.device
+        return self.encode_tokens(
+            tokens["input_ids"].to(device), tokens["attention_mask"].to(device)
+        )
+
+    def forward(
+        self, images: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[VisionOutput, torch.Tensor]:
+        """Images ``[B, 1, S, S]``, report tokens ``[B, L]`` -> (VisionOutput, z_t ``[B, C]``)."""
+        return self.encode_image(images), self.encode_tokens(input_ids, attention_mask)
+
+
+def build_topksiglip(
+    config: TopKSigLIPConfig,
+    tokenizer_source: str | Path | None = None,
+    work_dir: str | Path | None = None,
+) -> TopKSigLIP:
+    """A new model: pretrained towers when available (see the config), else random init.
+
+    The tokenizer comes from ``tokenizer_source`` (folder or hub id), else from
+    ``config.text_pretrained``, else a byte-level tokenizer is written to ``work_dir`` (a
+    temporary folder when None).
+    """
+    tokenizer = None
+    for source in (tokenizer_source, config.text_pretrained):
+        if source:
+            try:
+                tokenizer = _clip_text.load_tokenizer(source)
+                break
+            except (OSError, ValueError, TypeError):
+                continue
+    if tokenizer is None:
+        folder = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="medvl-tok-"))
+        tokenizer = _clip_text.write_byte_level_tokenizer(folder)
+        if config.text_pretrained:
+            config = dataclasses.replace(config, text_pretrained=None)
+    return TopKSigLIP(config, tokenizer)
+
+
+def save_topksiglip(model: TopKSigLIP, directory: str | Path) -> Path:
+    """Write ``config.json``, ``model.safetensors`` and the tokenizer into ``directory``.
+
+    Files are written to a temporary sibling folder that then replaces ``directory``, so an
+    interrupted save never leaves a half-written model.
+    """
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    config = dataclasses.replace(model.config, vision_pretrained=None, text_pretrained=None)
+    text_fields = model.text_model.config.to_dict()
+    keep = (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "hidden_act",
+        "layer_norm_eps",
+        "projection_dim",
+    )
+    config.text_config = {key: text_fields[key] for key in keep if key in text_fields}
+    config.text_config["max_position_embeddings"] = model.config.context_length
+    (staging / CONFIG_NAME).write_text(json.dumps(config.to_dict(), indent=2), encoding="utf-8")
+    state = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
+    save_file(state, str(staging / WEIGHTS_NAME))
+    model.tokenizer.save_pretrained(str(staging))
+    if directory.exists():
+        backup = directory.with_name(f".{directory.name}.old")
+        if backup.exists():
+            _remove_tree(backup)
+        os.replace(directory, backup)
+        os.replace(staging, directory)
+        _remove_tree(backup)
+    else:
+        os.replace(staging, directory)
+    return directory
+
+
+def _remove_tree(path: Path) -> None:
+    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        child.rmdir() if child.is_dir() else child.unlink()
+    path.rmdir()
+
+
+def resolve_model(name_or_path: str | Path) -> Path:
+    """Folder of a model given a path or a registered name (:data:`MODEL_REGISTRY`)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    registered = MODEL_REGISTRY.get(str(name_or_path))
+    if registered and Path(registered).is_dir():
+        return Path(registered)
+    hint = (
+        " (train it first: medvl-train topksiglip --config train/topksiglip_demo.yaml)"
+        if registered
+        else ""
+    )
+    raise ModelNotFoundError(
+        f"TopKSigLIP model {name_or_path} was not found{hint}; pass a model folder holding "
+        f"{CONFIG_NAME} and {WEIGHTS_NAME} or one of {sorted(MODEL_REGISTRY)}.",
+        path,
+    )
+
+
+def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu") -> TopKSigLIP:
+    """Load a model directory written by :func:`save_topksiglip` (offline, eval mode)."""
+    folder = resolve_model(name_or_path)
+    config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
+    if not config_path.is_file() or not weights_path.is_file():
+        raise ModelNotFoundError(
+            f"model folder {folder} lacks {CONFIG_NAME} or {WEIGHTS_NAME}; pass a folder saved by "
+            "medvl-train topksiglip.",
+            folder,
+        )
+    try:
+        values = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ModelNotFoundError(
+            f"{config_path} is not valid JSON ({error}); re-save the model.", config_path
+        ) from None
+    if values.get("model_type") != MODEL_TYPE:
+        raise ModelNotFoundError(
+            f"{config_path} is not a TopKSigLIP config (model_type {values.get('model_type')!r}); "
+            "pass a TopKSigLIP model folder.",
+            config_path,
+        )
+    config = TopKSigLIPConfig.from_dict(values)
+    model = TopKSigLIP(config, _clip_text.load_tokenizer(folder))
+    state = load_file(str(weights_path))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    real_missing = [key for key in missing if not key.endswith("position_ids")]
+    if real_missing or unexpected:
+        raise ModelNotFoundError(
+            f"weights in {weights_path} do not match its config (missing {real_missing[:3]}, "
+            f"unexpected {list(unexpected)[:3]}); re-save the model.",
+            weights_path,
+        )
+    return model.to(device).eval()
+
+
+# -- inference ----------------------------------------------------------------------------------
+
+
+class BreastLike(Protocol):
+    """A breast image (CC on top, MLO below) that maps its pixels back to each source view."""
+
+    image: np.ndarray
+
+    def to_source(self, view: str, points_xy: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class TopKResult:
+    """Top-K patches of one breast image, in each source view's own pixels.
+
+    boxes: ``{"CC": [M, 4], "MLO": [M', 4]}`` ``(x0, y0, x1, y1)`` source px of that view;
+    ranks / scores: matching ``{"CC": [M], ...}`` (rank 1 = first sampled; score = the
+    Plackett-Luce first-draw probability ``w_n / sum w``); breast_boxes ``[K, 4]`` in breast-image
+    px, in rank order; importance ``[G, G]`` float32 = ``w / sum w`` on the candidate grid;
+    zero_shot: ``{task: {class: probability}}`` from the paper's prompts; embedding ``[C]``.
+    """
+
+    boxes: dict[str, np.ndarray]
+    ranks: dict[str, np.ndarray]
+    scores: dict[str, np.ndarray]
+    breast_boxes: np.ndarray
+    breast_scores: np.ndarray
+    importance: np.ndarray
+    zero_shot: dict[str, dict[str, float]]
+    embedding: np.ndarray
+
+
+def _view_of(box: np.ndarray, size: int) -> str:
+    return "CC" if (box[1] + box[3]) / 2.0 < size / 2.0 else "MLO"
+
+
+@torch.no_grad()
+def predict_topk(
+    model: TopKSigLIP, breast: BreastLike | np.ndarray, k: int = 15, zero_shot: bool = True
+) -> TopKResult:
+    """Run TopK-Patch on one breast image and map the K boxes back to their source views.
+
+    breast: a BreastImage (``image`` float32 ``[S', S']`` in [0, 1], ``to_source``) or a bare
+    ``[S', S']`` array (boxes then stay in breast px for both views). The image is resized to
+    the model's side S when needed; boxes are scaled back. A box is assigned to the view (top
+    half CC, bottom half MLO) holding its centre, clipped to that half, and its corners mapped.
+    """
+    image = np.asarray(getattr(breast, "image", breast), dtype=np.float32)
+    if image.ndim != 2 or image.shape[0] != image.shape[1]:
+        raise ValueError(f"breast image must be square [S, S], got {image.shape}")
+    model.eval()
+    device = model.log_logit_scale.device
+    side = model.config.image_size
+    tensor = torch.from_numpy(image).to(device)[None, None]
+    if image.shape[0] != side:
+        tensor = F.interpolate(
+            tensor, size=(side, side), mode="bilinear", antialias=True, align_corners=False
+        )
+    out = model.encode_image(tensor.clamp(0.0, 1.0), k=k)
+    if out.log_weights is None:
+        raise ValueError("predict_topk needs a TopK-Patch model (vision_mode='topk').")
+    probs = torch.softmax(out.log_weights[0].float(), dim=-1).cpu().numpy()
+    indices = out.indices[0].cpu().numpy()
+    scale = image.shape[0] / side
+    breast_boxes = model.geometry.boxes(indices) * scale
+    half = image.shape[0] / 2.0
+    per_view: dict[str, list[tuple[int, float, np.ndarray]]] = {"CC": [], "MLO": []}
+    for rank, (box, index) in enumerate(zip(breast_boxes, indices, strict=True), start=1):
+        view = _view_of(box, image.shape[0])
+        lo, hi = (0.0, half) if view == "CC" else (half, float(image.shape[0]))
+        clipped = np.array([box[0], max(box[1], lo), box[2], min(box[3], hi)])
+        corners = np.array([[clipped[0], clipped[1]], [clipped[2], clipped[3]]])
+        if hasattr(breast, "to_source"):
+            corners = np.asarray(breast.to_source(view, corners), dtype=np.float64)
+        mapped = np.array(
+            [corners[:, 0].min(), corners[:, 1].min(), corners[:, 0].max(), corners[:, 1].max()]
+        )
+        per_view[view].append((rank, float(probs[index]), mapped))
+    boxes = {v: np.array([m for _, _, m in items]).reshape(-1, 4) for v, items in per_view.items()}
+    ranks = {v: np.array([r for r, _, _ in items], dtype=np.int64) for v, items in per_view.items()}
+    scores = {
+        v: np.array([s for _, s, _ in items], dtype=np.float64) for v, items in per_view.items()
+    }
+    readouts: dict[str, dict[str, float]] = {}
+    if zero_shot:
+        from medvl_engine.data.mammo_prompts import zero_shot_probabilities
+
+        readouts = zero_shot_probabilities(model, out.embedding)[0]
+    grid = model.geometry.grid
+    return TopKResult(
+        boxes=boxes,
+        ranks=ranks,
+        scores=scores,
+        breast_boxes=breast_boxes,
+        breast_scores=probs[indices].astype(np.float64),
+        importance=probs.reshape(grid, grid).astype(np.float32),
+        zero_shot=readouts,
+        embedding=out.embedding[0].cpu().numpy(),
+    )
