@@ -1,0 +1,182 @@
+"""Lazy pyramid levels: pixel sources wrapped as dask arrays with tile-aligned chunks.
+
+A *source* is any object with ``shape`` (H, W, 3), ``dtype`` uint8 and a
+``read(y0, y1, x0, x1)`` method returning that window as a numpy array
+[y1 - y0, x1 - x0, 3] (rows, columns in the level's own pixel frame). Dask
+calls it once per chunk; a chunk holds several native tiles, decoded together
+in a shared thread pool, so that per-task scheduling overhead stays small
+against the decode work.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any, Protocol
+
+import dask.array as da
+import numpy as np
+
+from medvl_engine.errors import CorruptFileError, MedVLError
+
+__all__ = [
+    "PixelSource",
+    "as_dask_level",
+    "chunk_grid",
+    "decode_pool",
+    "decode_workers",
+    "to_rgb",
+    "wrap_decode_errors",
+]
+
+CHUNK_TARGET_PX = 4096
+"""Preferred chunk side (px): several native tiles per dask task."""
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+class PixelSource(Protocol):
+    """A level's pixels, readable by window; shape is (H, W, 3) uint8."""
+
+    shape: tuple[int, int, int]
+    dtype: np.dtype
+
+    def read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray: ...
+
+
+def decode_workers() -> int:
+    """Threads that decode tiles of one read (one per core, at least two)."""
+    return max(2, os.cpu_count() or 2)
+
+
+def decode_pool() -> Executor:
+    """The process-wide thread pool for tile decoding (created on first use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=decode_workers(), thread_name_prefix="medvl-decode"
+            )
+        return _pool
+
+
+def chunk_grid(length: int, tile: int, target: int = CHUNK_TARGET_PX) -> tuple[int, ...]:
+    """Chunk sizes along one axis: whole multiples of ``tile`` near ``target`` px."""
+    per_chunk = max(1, round(target / tile)) * tile
+    sizes = [per_chunk] * (length // per_chunk)
+    if length % per_chunk:
+        sizes.append(length % per_chunk)
+    return tuple(sizes) or (0,)
+
+
+def to_rgb(pixels: np.ndarray) -> np.ndarray:
+    """[h, w] or [h, w, 1|3|4] uint8 -> [h, w, 3] uint8; alpha is composited over white."""
+    if pixels.ndim == 2:
+        pixels = pixels[..., None]
+    samples = pixels.shape[-1]
+    if samples == 3:
+        return pixels
+    if samples == 1:
+        return np.repeat(pixels, 3, axis=-1)
+    if samples == 4:
+        alpha = pixels[..., 3:4].astype(np.uint16)
+        rgb = pixels[..., :3].astype(np.uint16)
+        return ((rgb * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
+    return pixels[..., :3]
+
+
+def wrap_decode_errors(path: os.PathLike | str, level: int) -> Callable:
+    """Decorator turning any decoder error in a chunk read into a CorruptFileError."""
+
+    def decorate(read: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        def guarded(*args, **kwargs) -> np.ndarray:
+            try:
+                return read(*args, **kwargs)
+            except MedVLError:
+                raise
+            except Exception as error:  # decoders raise many unrelated types
+                name = os.path.basename(os.fspath(path))
+                detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                detail = detail or type(error).__name__
+                raise CorruptFileError(
+                    f"{name}: pixel data of level {level} could not be decoded ({detail}); "
+                    "the file is damaged or truncated, re-copy or re-export it.",
+                    path,
+                ) from error
+
+        return guarded
+
+    return decorate
+
+
+class _DaskAdapter:
+    """Presents a PixelSource to ``da.from_array`` (which slices it chunk by chunk)."""
+
+    def __init__(self, source: PixelSource) -> None:
+        self.source = source
+        self.shape = tuple(source.shape)
+        self.dtype = np.dtype(np.uint8)
+        self.ndim = 3
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if not isinstance(key, tuple):
+            key = (key,)
+        key = key + (slice(None),) * (3 - len(key))
+        bounds, local = [], []
+        for index, length in zip(key[:2], self.shape[:2], strict=True):
+            start, stop, relative = _bounding_window(index, length)
+            bounds.append((start, stop))
+            local.append(relative)
+        (y0, y1), (x0, x1) = bounds
+        result = self.source.read(y0, y1, x0, x1)
+        axis = 0
+        for index in (*local, key[2]):
+            result = result[(slice(None),) * axis + (index,)]
+            if not isinstance(index, (int, np.integer)):
+                axis += 1
+        return result
+
+
+def _bounding_window(index: Any, length: int) -> tuple[int, int, Any]:
+    """(start, stop) of the rows/cols an index touches, and the index relative to start."""
+    if isinstance(index, slice):
+        start, stop, step = index.indices(length)
+        if step < 0 or stop <= start:
+            positions = np.arange(start, stop, step)
+            if positions.size == 0:
+                return 0, 0, slice(0, 0)
+            low = int(positions.min())
+            return low, int(positions.max()) + 1, positions - low
+        return start, stop, slice(0, stop - start, step)
+    if isinstance(index, (int, np.integer)):
+        position = int(index) + length if index < 0 else int(index)
+        return position, position + 1, 0
+    positions = np.asarray(index)
+    if positions.dtype == bool:
+        positions = np.flatnonzero(positions)
+    positions = np.where(positions < 0, positions + length, positions)
+    if positions.size == 0:
+        return 0, 0, positions
+    low = int(positions.min())
+    return low, int(positions.max()) + 1, positions - low
+
+
+def as_dask_level(source: PixelSource, tile_hw: Sequence[int], name: str) -> da.Array:
+    """Wrap ``source`` as a lazy dask array [H, W, 3] whose chunks hold whole native tiles."""
+    height, width, _ = source.shape
+    chunks = (
+        chunk_grid(height, int(tile_hw[0])),
+        chunk_grid(width, int(tile_hw[1])),
+        (3,),
+    )
+    return da.from_array(
+        _DaskAdapter(source),
+        chunks=chunks,
+        name=name,
+        lock=False,
+        asarray=False,
+        meta=np.empty((0, 0, 3), dtype=np.uint8),
+    )

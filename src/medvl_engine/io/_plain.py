@@ -1,0 +1,117 @@
+"""Plain (non-pyramidal) images as slides: one decode on first use, a lazily built pyramid.
+
+PNG, JPEG and strip TIFF cannot be read by window, so level 0 is decoded in
+full the first time any pixel is asked for; each coarser level (factor 2 per
+step, area averaging) is computed from the one above on first use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
+from medvl_engine.io._levels import to_rgb, wrap_decode_errors
+
+__all__ = ["PlainPyramid", "pil_image_size", "pil_loader"]
+
+SMALLEST_LEVEL_PX = 512
+"""Pyramid levels are added while the coarsest level is larger than this (px)."""
+
+
+def pil_image_size(path: Path) -> tuple[int, int]:
+    """(width, height) of an image PIL reads, from its header only."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return int(image.width), int(image.height)
+    except UnidentifiedImageError as error:
+        raise UnsupportedFormatError(
+            f"{path.name}: not an image format the engine reads; use SVS, NDPI, TIFF, "
+            "OME-TIFF, DICOM, PNG or JPEG.",
+            path,
+        ) from error
+    except (OSError, ValueError, SyntaxError) as error:
+        raise CorruptFileError(
+            f"{path.name}: the image header could not be read ({error}); the file is "
+            "damaged, re-copy or re-export it.",
+            path,
+        ) from error
+
+
+def pil_loader(path: Path) -> Callable[[], np.ndarray]:
+    """A function decoding the whole image as [H, W, 3] uint8 (16-bit and palette converted)."""
+
+    def load() -> np.ndarray:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            image.load()
+            if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+                values = np.asarray(image, dtype=np.float32)
+                top = float(values.max()) or 1.0
+                return to_rgb(np.round(values * (255.0 / top)).astype(np.uint8))
+            if image.mode not in ("RGB", "RGBA", "L"):
+                image = image.convert("RGBA" if "A" in image.mode else "RGB")
+            return to_rgb(np.asarray(image))
+
+    return load
+
+
+def _halve(pixels: np.ndarray) -> np.ndarray:
+    """Area-average 2x2 blocks; [H, W, 3] -> [H // 2, W // 2, 3] (odd edge row/col dropped)."""
+    height, width = pixels.shape[0] // 2 * 2, pixels.shape[1] // 2 * 2
+    blocks = pixels[:height, :width].reshape(height // 2, 2, width // 2, 2, 3)
+    return ((blocks.astype(np.uint16).sum(axis=(1, 3)) + 2) // 4).astype(np.uint8)
+
+
+def level_shapes(width: int, height: int) -> list[tuple[int, int]]:
+    """(H, W) of each pyramid level of a plain image, finest first."""
+    shapes = [(height, width)]
+    while max(shapes[-1]) > SMALLEST_LEVEL_PX and min(shapes[-1]) >= 4:
+        h, w = shapes[-1]
+        shapes.append((h // 2, w // 2))
+    return shapes
+
+
+class PlainPyramid:
+    """Level sources of a plain image; pixels computed once, on first use."""
+
+    def __init__(self, path: Path, width: int, height: int, load: Callable[[], np.ndarray]):
+        self.path = path
+        self.shapes = level_shapes(width, height)
+        self._load = load
+        self._levels: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self.sources = [_PlainLevel(self, index) for index in range(len(self.shapes))]
+
+    def level(self, index: int) -> np.ndarray:
+        with self._lock:
+            if not self._levels:
+                pixels = self._load()
+                if pixels.shape[:2] != self.shapes[0]:
+                    raise ValueError(
+                        f"decoded size {pixels.shape[1]}x{pixels.shape[0]} differs from header"
+                    )
+                self._levels.append(np.ascontiguousarray(pixels))
+            while len(self._levels) <= index:
+                self._levels.append(_halve(self._levels[-1]))
+            return self._levels[index]
+
+
+class _PlainLevel:
+    def __init__(self, pyramid: PlainPyramid, index: int) -> None:
+        height, width = pyramid.shapes[index]
+        self.shape = (height, width, 3)
+        self.dtype = np.dtype(np.uint8)
+        self.tile_hw = (min(height, 1024) or 1, min(width, 1024) or 1)
+        self._pyramid = pyramid
+        self._index = index
+        self.read = wrap_decode_errors(pyramid.path, index)(self._read)
+
+    def _read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        return self._pyramid.level(self._index)[y0:y1, x0:x1]

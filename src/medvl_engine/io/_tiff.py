@@ -1,0 +1,336 @@
+"""TIFF-family slides (Aperio SVS, Hamamatsu NDPI, generic tiled TIFF, OME-TIFF) via tiffslide.
+
+tiffslide supplies the metadata (levels, mpp, vendor, objective power,
+associated images). Pixels of tiled, chunky pages are decoded straight from
+the file: a chunk's tiles are read with ``os.pread`` and decoded by tifffile's
+own segment decoder in a thread pool. Other layouts (strips, planar samples,
+multi-page levels) are read through tiffslide's zarr store.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
+from medvl_engine.io._levels import decode_pool, decode_workers, to_rgb, wrap_decode_errors
+
+__all__ = ["TiffSlideParts", "open_tiff_slide"]
+
+MAX_MICROSCOPE_MPP = 50.0
+"""A level-0 resolution coarser than this (um/px) is a screen/print default (e.g. 72 dpi)."""
+
+_PHI_KEY_WORDS = ("patient", "birth", "accession", "user", "filename", "barcode")
+_WHITE = 255
+
+
+class _FileReader:
+    """Thread-safe positional reads of one file (``os.pread`` on a private descriptor)."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def read(self, offset: int, count: int) -> bytes:
+        return os.pread(self.fd, count, offset)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _TiledPageSource:
+    """Pixels of one tiled, chunky TIFF page, decoded tile by tile (rows, cols in level px)."""
+
+    def __init__(self, path: Path, reader: _FileReader, page: Any, level: int) -> None:
+        self.path = path
+        self.reader = reader
+        height, width = int(page.imagelength), int(page.imagewidth)
+        self.shape = (height, width, 3)
+        self.dtype = np.dtype(np.uint8)
+        self.tile_hw = (int(page.tilelength), int(page.tilewidth))
+        self.samples = int(page.samplesperpixel)
+        self.tiles_across = math.ceil(width / self.tile_hw[1])
+        self.offsets = tuple(int(o) for o in page.dataoffsets)
+        self.counts = tuple(int(c) for c in page.databytecounts)
+        keyframe = page.keyframe
+        self.decode = keyframe.decode
+        self.decode_args: dict[str, Any] = {"_fullsize": True}
+        if page.jpegtables is not None:
+            self.decode_args["jpegtables"] = page.jpegtables
+        if getattr(keyframe, "jpegheader", None) is not None:
+            self.decode_args["jpegheader"] = keyframe.jpegheader
+        self.read = wrap_decode_errors(path, level)(self._read)
+
+    def _tile(self, row: int, col: int) -> np.ndarray | None:
+        index = row * self.tiles_across + col
+        if index >= len(self.offsets) or self.counts[index] == 0:
+            return None
+        data = self.reader.read(self.offsets[index], self.counts[index])
+        if len(data) != self.counts[index]:
+            raise ValueError("tile data ends before its recorded length")
+        segment = self.decode(data, index, **self.decode_args)[0]
+        if segment is None:
+            return None
+        th, tw = self.tile_hw
+        return segment.reshape(th, tw, -1)
+
+    def _read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        out = np.full((y1 - y0, x1 - x0, 3), _WHITE, dtype=np.uint8)
+        if y1 <= y0 or x1 <= x0:
+            return out
+        th, tw = self.tile_hw
+        cells = [
+            (row, col)
+            for row in range(y0 // th, (y1 - 1) // th + 1)
+            for col in range(x0 // tw, (x1 - 1) // tw + 1)
+        ]
+
+        def place(cell: tuple[int, int]) -> None:
+            row, col = cell
+            tile = self._tile(row, col)
+            if tile is None:
+                return
+            ty0, tx0 = row * th, col * tw
+            sy0, sy1 = max(y0, ty0), min(y1, ty0 + th)
+            sx0, sx1 = max(x0, tx0), min(x1, tx0 + tw)
+            part = tile[sy0 - ty0 : sy1 - ty0, sx0 - tx0 : sx1 - tx0]
+            out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = to_rgb(part)
+
+        def place_all(group: list[tuple[int, int]]) -> None:
+            for cell in group:
+                place(cell)
+
+        workers = min(len(cells), decode_workers())
+        if workers <= 1:
+            place_all(cells)
+        else:
+            groups = [cells[start::workers] for start in range(workers)]
+            for future in [decode_pool().submit(place_all, group) for group in groups]:
+                future.result()
+        return out
+
+
+class _ZarrLevelSource:
+    """Pixels of one level read through tiffslide's zarr array (axes YXS, YX or CYX)."""
+
+    def __init__(self, path: Path, array: Any, axes: str, level: int) -> None:
+        self.array = array
+        self.axes = axes
+        if axes == "CYX":
+            height, width = int(array.shape[1]), int(array.shape[2])
+            self.tile_hw = tuple(int(c) for c in array.chunks[1:3])
+        else:
+            height, width = int(array.shape[0]), int(array.shape[1])
+            self.tile_hw = tuple(int(c) for c in array.chunks[0:2])
+        self.shape = (height, width, 3)
+        self.dtype = np.dtype(np.uint8)
+        self.read = wrap_decode_errors(path, level)(self._read)
+
+    def _read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+        if self.axes == "CYX":
+            window = np.moveaxis(np.asarray(self.array[:, y0:y1, x0:x1]), 0, -1)
+        else:
+            window = np.asarray(self.array[y0:y1, x0:x1])
+        return to_rgb(np.ascontiguousarray(window))
+
+
+class _LazyAssociated(Mapping):
+    """Associated images (label, macro, thumbnail) decoded on first access, [h, w, 3] uint8."""
+
+    def __init__(self, path: Path, loaders: Mapping[str, Callable[[], Any]]) -> None:
+        self.path = path
+        self._loaders = dict(loaders)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._cache:
+            try:
+                image = np.asarray(self._loaders[key]())
+            except KeyError:
+                raise
+            except Exception as error:
+                raise CorruptFileError(
+                    f"{self.path.name}: the associated image {key!r} could not be decoded "
+                    f"({error}); the file is damaged, re-copy or re-export it.",
+                    self.path,
+                ) from error
+            self._cache[key] = to_rgb(image)
+        return self._cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+
+class TiffSlideParts:
+    """What the TIFF opener found: per-level pixel sources and slide metadata."""
+
+    def __init__(self) -> None:
+        self.sources: list[Any] = []
+        self.tile_sizes: list[tuple[int, int]] = []
+        self.mpp: tuple[float, float] | None = None
+        self.vendor = "generic-tiff"
+        self.objective_power: float | None = None
+        self.properties: dict[str, Any] = {}
+        self.private_properties: dict[str, Any] = {}
+        self.associated: Mapping[str, np.ndarray] = {}
+        self.tiled = True
+        self.closers: list[Callable[[], None]] = []
+
+
+def _is_private(key: str, value: Any) -> bool:
+    """True for fields that may identify a patient or operator (key or free text naming them)."""
+    text = f"{key} {value if isinstance(value, str) else ''}".lower()
+    return any(word in text for word in _PHI_KEY_WORDS)
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def _check_page_decodable(path: Path, page: Any) -> None:
+    from tifffile import TIFF
+
+    if page.compression not in TIFF.DECOMPRESSORS:
+        raise UnsupportedFormatError(
+            f"{path.name}: uses TIFF compression {int(page.compression)}, which no installed "
+            "codec decodes; convert the slide to JPEG, JPEG 2000 or deflate tiles.",
+            path,
+        )
+    if np.dtype(page.dtype) != np.uint8:
+        raise UnsupportedFormatError(
+            f"{path.name}: holds {np.dtype(page.dtype)} samples, but slides must be 8-bit "
+            "brightfield RGB; convert it to 8-bit RGB.",
+            path,
+        )
+
+
+def open_tiff_slide(path: Path) -> TiffSlideParts:
+    """Open a TIFF-family slide; metadata only, pixels stay on disk."""
+    import tifffile
+    import tiffslide
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            slide = tiffslide.TiffSlide(path)
+            properties = dict(slide.properties)
+    except (NotImplementedError, tifffile.TiffFileError) as error:
+        raise _open_error(path, error) from error
+    except (ValueError, KeyError, IndexError, OSError, AssertionError, TypeError) as error:
+        raise CorruptFileError(
+            f"{path.name}: the TIFF structure could not be read ({error}); the file is "
+            "damaged or not a slide, re-copy or re-export it.",
+            path,
+        ) from error
+
+    parts = TiffSlideParts()
+    parts.closers.append(slide.close)
+    try:
+        _fill_parts(path, slide, properties, parts, tifffile)
+    except Exception:
+        for close in parts.closers:
+            close()
+        raise
+    return parts
+
+
+def _open_error(path: Path, error: Exception) -> Exception:
+    text = str(error)
+    if isinstance(error, NotImplementedError) or "not supported" in text:
+        return UnsupportedFormatError(
+            f"{path.name}: this TIFF layout is not supported ({text}); only RGB or "
+            "grayscale 8-bit pyramids are read, export the slide as RGB.",
+            path,
+        )
+    return CorruptFileError(
+        f"{path.name}: not a readable TIFF ({text}); the file is damaged or not a slide, "
+        "re-copy or re-export it.",
+        path,
+    )
+
+
+def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts, tifffile) -> None:
+    series_index = int(properties.get("tiffslide.series-index", 0))
+    series = slide.ts_tifffile.series[series_index]
+    axes = str(properties.get("tiffslide.series-axes", series.axes))
+    if axes not in ("YXS", "YX", "CYX"):
+        raise UnsupportedFormatError(
+            f"{path.name}: image axes {axes!r} (channels, z-stack or time series) are not an "
+            "RGB slide; export an RGB pyramid to view it.",
+            path,
+        )
+    if axes == "CYX" and int(series.shape[0]) not in (3, 4):
+        raise UnsupportedFormatError(
+            f"{path.name}: {int(series.shape[0])} separate channels are not an RGB slide; "
+            "export an RGB pyramid to view it.",
+            path,
+        )
+    if axes == "YXS" and int(series.shape[-1]) not in (1, 3, 4):
+        raise UnsupportedFormatError(
+            f"{path.name}: {int(series.shape[-1])} samples per pixel are not an RGB slide; "
+            "export an RGB pyramid to view it.",
+            path,
+        )
+
+    reader = _FileReader(path)
+    parts.closers.append(reader.close)
+    group = None
+    for level_index, level in enumerate(series.levels):
+        keyframe = level.keyframe
+        _check_page_decodable(path, keyframe)
+        pages = list(level.pages)
+        direct = (
+            len(pages) == 1
+            and keyframe.is_tiled
+            and int(keyframe.planarconfig) == 1
+            and int(keyframe.imagedepth) == 1
+            and axes in ("YXS", "YX")
+        )
+        if direct:
+            source: Any = _TiledPageSource(path, reader, pages[0], level_index)
+        else:
+            if group is None:
+                group = slide.zarr_group
+            source = _ZarrLevelSource(path, group[str(level_index)], axes, level_index)
+            parts.tiled = parts.tiled and bool(keyframe.is_tiled)
+        parts.sources.append(source)
+        parts.tile_sizes.append(tuple(source.tile_hw))
+
+    page0 = series.levels[0].keyframe
+    parts.tiled = parts.tiled and bool(page0.is_tiled)
+    vendor = properties.get("tiffslide.vendor")
+    fallback_vendor = "ome-tiff" if slide.ts_tifffile.is_ome else "generic-tiff"
+    parts.vendor = str(vendor) if vendor else fallback_vendor
+    mpp_x = _float_or_none(properties.get("tiffslide.mpp-x"))
+    mpp_y = _float_or_none(properties.get("tiffslide.mpp-y")) or mpp_x
+    if mpp_x is not None and mpp_y is not None and max(mpp_x, mpp_y) <= MAX_MICROSCOPE_MPP:
+        parts.mpp = (mpp_x, mpp_y)
+    parts.objective_power = _float_or_none(properties.get("tiffslide.objective-power"))
+
+    for key, value in properties.items():
+        if key.startswith("tiffslide.level[") or value is None:
+            continue
+        target = parts.private_properties if _is_private(key, value) else parts.properties
+        target[key] = value if isinstance(value, (int, float, str, bool)) else str(value)
+
+    try:
+        names = list(slide.associated_images.keys())
+    except Exception:
+        names = []
+    parts.associated = _LazyAssociated(
+        path, {name: (lambda name=name: slide.associated_images[name]) for name in names}
+    )
