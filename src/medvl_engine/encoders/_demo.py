@@ -141,7 +141,8 @@ def _captions(rng: np.random.Generator) -> tuple[list[str], list[list[str]]]:
 
     texts: list[str] = []
     classes: list[list[str]] = []
-    for class_name, synonyms in CLASS_SYNONYMS.items():
+    for class_name, own_synonyms in CLASS_SYNONYMS.items():
+        synonyms = dict.fromkeys(own_synonyms + synthetic.CLASS_SYNONYMS.get(class_name, ()))
         for synonym in synonyms:
             for template in CAPTION_TEMPLATES:
                 texts.append(template.format(synonym))
@@ -149,7 +150,8 @@ def _captions(rng: np.random.Generator) -> tuple[list[str], list[list[str]]]:
     tissue = [c for c in synthetic.TISSUE_CLASSES if c != "background"]
     for _ in range(60):
         present = list(rng.choice(tissue, size=int(rng.integers(1, 4)), replace=False))
-        texts.append(synthetic.make_report(present, rng, "breast"))
+        organ = synthetic.ORGANS[int(rng.integers(len(synthetic.ORGANS)))]
+        texts.append(synthetic.make_report(present, rng, organ))
         classes.append(present)
     return texts, classes
 

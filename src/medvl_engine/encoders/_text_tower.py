@@ -119,7 +119,7 @@ def load_text_tower(
     if config.get("projection"):
         spec = config["projection"]
         projection = torch.nn.Linear(spec["in_features"], spec["out_features"], bias=spec["bias"])
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, config=backbone_config, local_files_only=True)
     tower = TextTower(
         backbone,
         tokenizer,

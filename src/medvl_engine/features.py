@@ -1,0 +1,248 @@
+"""Patch feature stores: batched, resumable extraction from a slide, and TRIDENT/CLAM imports.
+
+Store layout (a zarr group): ``features`` [N, D] float32, ``coords`` [N, 2] int64 (x, y)
+level-0 px of each patch's top-left corner; attributes ``patch_size_level0``, ``patch_size``,
+``target_mpp``, ``encoder``, ``slide``, ``slide_mpp`` ((x, y) um per level-0 px or None),
+``slide_dimensions`` ((width, height) level-0 px), ``n_total`` and ``n_done`` (rows written, in
+order; a store with n_done < n_total is resumed by running the extraction again).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from medvl_engine._feature_io import (
+    STORE_FORMAT,
+    create_store,
+    open_store_group,
+    read_h5_features,
+    read_store,
+)
+from medvl_engine.errors import CancelledError, DataError
+
+__all__ = ["FeatureStore", "PatchGridLike", "extract_features", "import_h5_features"]
+
+ProgressCallback = Callable[[int, int], None]
+
+
+class PatchGridLike(Protocol):
+    """What extraction needs from a patch grid (``medvl_engine.tiling.PatchGrid`` has it)."""
+
+    coords: np.ndarray  # int64 [N, 2], (x, y) level-0 px, top-left
+    patch_size: int  # px at ``level``
+    patch_size_level0: int
+    level: int
+    target_mpp: float | None
+
+
+@dataclass
+class FeatureStore:
+    """Patch features of one slide held in memory for fast re-prompting.
+
+    ``features`` is float32 [N, D], C-contiguous, rows L2-normalised (so a prompt's cosine map
+    is one mat-vec); ``coords`` int64 [N, 2] (x, y) level-0 px top-left; ``mpp`` the slide's
+    level-0 (x, y) um/px or None.
+    """
+
+    features: np.ndarray
+    coords: np.ndarray
+    patch_size_level0: int
+    patch_size: int
+    target_mpp: float | None = None
+    encoder: str = ""
+    slide: str = ""
+    mpp: tuple[float, float] | None = None
+    slide_dimensions: tuple[int, int] | None = None
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        features = np.ascontiguousarray(self.features, dtype=np.float32)
+        norms = np.linalg.norm(features, axis=1, keepdims=True)
+        if not np.allclose(norms, 1.0, atol=1e-3):
+            features = features / np.maximum(norms, 1e-12)
+        self.features = features
+        self.coords = np.ascontiguousarray(self.coords, dtype=np.int64).reshape(-1, 2)
+        if len(self.coords) != len(self.features):
+            raise DataError(
+                f"Feature store {self.path or self.slide}: {len(self.features)} feature rows but "
+                f"{len(self.coords)} coordinates; re-extract the features."
+            )
+        self._torch = torch.from_numpy(self.features)
+
+    @classmethod
+    def open(cls, path: str | Path) -> FeatureStore:
+        """Load a complete zarr feature store (features read once into float32 memory)."""
+        data = read_store(Path(path))
+        return cls(**data, path=Path(path))
+
+    @property
+    def n_patches(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.features.shape[1])
+
+    @property
+    def torch_features(self) -> torch.Tensor:
+        """The features as a torch tensor sharing memory with ``features`` [N, D]."""
+        return self._torch
+
+    @property
+    def stride_level0(self) -> int:
+        """Grid step in level-0 px, from the coordinates (the patch size when N < 2)."""
+        steps = []
+        for axis in (0, 1):
+            values = np.unique(self.coords[:, axis])
+            if len(values) > 1:
+                steps.append(int(np.gcd.reduce(np.diff(values))))
+        return min(steps) if steps else int(self.patch_size_level0)
+
+
+def extract_features(
+    slide: Any,
+    encoder: Any,
+    grid: PatchGridLike,
+    out_path: str | Path,
+    batch_size: int = 64,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | Callable[[], bool] | None = None,
+    num_workers: int = 2,
+    prefetch: int = 4,
+) -> FeatureStore:
+    """Encode every patch of ``grid`` into a zarr store at ``out_path`` and return it loaded.
+
+    Patches (``grid.patch_size`` px at ``grid.level``) are read and decoded by ``num_workers``
+    background threads, up to ``prefetch`` batches ahead of the encoder. Each finished batch is
+    written as one chunk and counted in ``n_done``, so a run stopped by ``cancel`` (raising
+    CancelledError), a crash or a kill continues from there when called again with the same
+    ``out_path``. ``progress(done, total)`` is called after every batch. On CUDA the encoder
+    runs under bf16 (or fp16) autocast.
+    """
+    out_path = Path(out_path)
+    coords = np.ascontiguousarray(grid.coords, dtype=np.int64).reshape(-1, 2)
+    total = len(coords)
+    attrs = {
+        "format": STORE_FORMAT,
+        "patch_size_level0": int(grid.patch_size_level0),
+        "patch_size": int(grid.patch_size),
+        "level": int(grid.level),
+        "target_mpp": None if grid.target_mpp is None else float(grid.target_mpp),
+        "encoder": str(encoder.name),
+        "slide": str(getattr(slide, "path", "")),
+        "slide_mpp": None if slide.mpp is None else [float(v) for v in slide.mpp],
+        "slide_dimensions": [int(v) for v in slide.dimensions],
+        "embed_dim": int(encoder.embed_dim),
+        "n_total": total,
+    }
+    group = open_store_group(out_path, coords, attrs)
+    if group is None:
+        group = create_store(out_path, coords, attrs, chunk_rows=batch_size)
+    features = group["features"]
+    done = int(group.attrs.get("n_done", 0))
+    if progress is not None:
+        progress(done, total)
+    is_cancelled = _cancel_check(cancel)
+    autocast = _autocast(encoder.device)
+
+    def read_batch(start: int) -> np.ndarray:
+        size = (int(grid.patch_size), int(grid.patch_size))
+        rows = coords[start : start + batch_size]
+        return np.stack([slide.read_region((int(x), int(y)), grid.level, size) for x, y in rows])
+
+    starts = iter(range(done, total, batch_size))
+    with ThreadPoolExecutor(
+        max_workers=max(1, num_workers), thread_name_prefix="medvl-read"
+    ) as pool:
+        pending: deque[tuple[int, Future]] = deque()
+
+        def top_up() -> None:
+            while len(pending) < max(1, prefetch):
+                start = next(starts, None)
+                if start is None:
+                    return
+                pending.append((start, pool.submit(read_batch, start)))
+
+        top_up()
+        while pending:
+            if is_cancelled():
+                for _, future in pending:
+                    future.cancel()
+                raise CancelledError(
+                    f"Feature extraction for {Path(attrs['slide']).name or 'the slide'} was "
+                    f"cancelled after {done} of {total} patches; run it again with the same "
+                    f"output {out_path} to resume."
+                )
+            start, future = pending.popleft()
+            patches = future.result()
+            top_up()
+            with autocast:
+                embeddings = encoder.encode_patches(patches, normalize=True)
+            end = start + len(patches)
+            features[start:end] = embeddings.float().numpy()
+            group.attrs["n_done"] = end
+            done = end
+            if progress is not None:
+                progress(done, total)
+    return FeatureStore.open(out_path)
+
+
+def import_h5_features(
+    h5_path: str | Path,
+    out_path: str | Path | None = None,
+    *,
+    slide_mpp: tuple[float, float] | None = None,
+    encoder: str = "",
+) -> FeatureStore:
+    """Load a TRIDENT/CLAM ``.h5`` (features [N, D], coords [N, 2], patch_size_level0) as a store.
+
+    Nothing is re-encoded. With ``out_path`` the features are also written as a zarr store.
+    """
+    data = read_h5_features(Path(h5_path))
+    data["mpp"] = slide_mpp if slide_mpp is not None else data.get("mpp")
+    data["encoder"] = encoder or data.get("encoder", "")
+    store = FeatureStore(**data)
+    if out_path is not None:
+        attrs = {
+            "format": STORE_FORMAT,
+            "patch_size_level0": store.patch_size_level0,
+            "patch_size": store.patch_size,
+            "level": 0,
+            "target_mpp": store.target_mpp,
+            "encoder": store.encoder,
+            "slide": store.slide,
+            "slide_mpp": None if store.mpp is None else list(store.mpp),
+            "slide_dimensions": None,
+            "embed_dim": store.embed_dim,
+            "n_total": store.n_patches,
+        }
+        group = create_store(Path(out_path), store.coords, attrs, chunk_rows=4096)
+        group["features"][:] = store.features
+        group.attrs["n_done"] = store.n_patches
+        store.path = Path(out_path)
+    return store
+
+
+def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
+    if cancel is None:
+        return lambda: False
+    if isinstance(cancel, threading.Event):
+        return cancel.is_set
+    return lambda: bool(cancel())
+
+
+def _autocast(device: torch.device):
+    if device.type != "cuda":
+        return nullcontext()
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.autocast("cuda", dtype=dtype)

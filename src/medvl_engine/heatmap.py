@@ -1,0 +1,243 @@
+"""Prompt heatmaps from a feature store: per-patch scores, a grid, and its world transform.
+
+Scores (v_i: L2-normalised patch features [N, D], t_k: normalised prompt embeddings [T, D]):
+    cosine    s_i = v_i . t_target                                   (LIMIT per-patch heatmap)
+    softmax   s_i = exp(v_i . t_target / T) / sum_k exp(v_i . t_k / T)   (class probability)
+    contrast  s_i = v_i . t_0 - v_i . t_1                            (prompt A minus prompt B)
+The grid has one cell per stride step of the patch grid; with overlapping patches
+(stride < patch size) each cell is the mean score of all patches covering it.
+World frame (napari): micrometres when the slide has an mpp, else level-0 px; level-0 pixel
+(x, y) covers [x, x + 1) x [y, y + 1) before scaling, origin at the slide's top-left corner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from medvl_engine.errors import DataError
+from medvl_engine.features import FeatureStore
+
+__all__ = [
+    "MODES",
+    "NORMALIZATIONS",
+    "Heatmap",
+    "normalize_scores",
+    "patch_scores",
+    "similarity_map",
+    "top_patches",
+]
+
+MODES = ("cosine", "softmax", "contrast")
+NORMALIZATIONS = ("none", "percentile", "minmax", "fixed")
+_DEFAULT_RANGE = {"cosine": (-1.0, 1.0), "softmax": (0.0, 1.0), "contrast": (-2.0, 2.0)}
+
+
+@dataclass
+class Heatmap:
+    """A score grid placed on the slide.
+
+    ``grid`` float32 [rows, cols], NaN where no patch lies; cell (r, c) covers level-0 px
+    x in [origin_x + c * cell, origin_x + (c + 1) * cell), y likewise (``cell`` =
+    ``cell_size_level0``). ``scale``/``translate`` are napari's (y, x) transform of the grid in
+    ``units`` ("um" or "px"). ``scores`` float32 [N] are the per-patch values in store order.
+    """
+
+    grid: np.ndarray
+    scores: np.ndarray
+    origin_level0: tuple[int, int]
+    cell_size_level0: int
+    scale: tuple[float, float]
+    translate: tuple[float, float]
+    units: str
+    mode: str = "cosine"
+    normalize: str = "none"
+    prompt: str = ""
+    value_range: tuple[float, float] = (0.0, 1.0)
+    metadata: dict = field(default_factory=dict)
+
+    def cell_to_level0(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Top-left (x, y) level-0 px [N, 2] of grid cells given by row and column indices."""
+        x = self.origin_level0[0] + np.asarray(cols) * self.cell_size_level0
+        y = self.origin_level0[1] + np.asarray(rows) * self.cell_size_level0
+        return np.stack([x, y], axis=-1).astype(np.int64)
+
+
+def patch_scores(
+    store: FeatureStore,
+    text_embeddings: torch.Tensor | np.ndarray,
+    mode: str = "cosine",
+    target: int = 0,
+    temperature: float = 0.01,
+) -> np.ndarray:
+    """Per-patch scores float32 [N] for prompt ``target`` of ``text_embeddings`` [T, D]."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    text = torch.as_tensor(text_embeddings, dtype=torch.float32).reshape(-1, store.embed_dim)
+    text = torch.nn.functional.normalize(text, dim=-1)
+    features = store.torch_features
+    if mode == "cosine":
+        return (features @ text[target]).numpy()
+    if mode == "contrast":
+        if text.shape[0] != 2:
+            raise ValueError(f"contrast needs exactly 2 prompts (A, B), got {text.shape[0]}")
+        return (features @ (text[0] - text[1])).numpy()
+    logits = (features @ text.T) / temperature  # [N, T]
+    return torch.softmax(logits, dim=1)[:, target].contiguous().numpy()
+
+
+def normalize_scores(
+    scores: np.ndarray, method: str = "none", value_range: tuple[float, float] | None = None
+) -> np.ndarray:
+    """Rescale scores [N]: none, percentile rank in [0, 1] (CLAM), min-max, or a fixed range."""
+    if method not in NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {method!r}")
+    scores = np.asarray(scores, dtype=np.float32)
+    if method == "none" or scores.size == 0:
+        return scores
+    if method == "percentile":
+        ranks = np.empty(scores.size, dtype=np.float32)
+        ranks[np.argsort(scores, kind="stable")] = np.arange(scores.size, dtype=np.float32)
+        return ranks / max(scores.size - 1, 1)
+    if method == "minmax":
+        low, high = float(scores.min()), float(scores.max())
+    else:
+        if value_range is None:
+            raise ValueError("normalize='fixed' needs value_range=(low, high)")
+        low, high = float(value_range[0]), float(value_range[1])
+    span = high - low if high > low else 1.0
+    out = (scores - low) / span
+    return np.clip(out, 0.0, 1.0) if method == "fixed" else out
+
+
+def similarity_map(
+    store: FeatureStore,
+    text_embeddings: torch.Tensor | np.ndarray,
+    mode: str = "cosine",
+    normalize: str = "none",
+    *,
+    target: int = 0,
+    temperature: float = 0.01,
+    value_range: tuple[float, float] | None = None,
+    smooth_sigma: float = 0.0,
+    prompt: str = "",
+) -> Heatmap:
+    """Heatmap of prompt ``target`` over the slide (see the module docstring for the modes).
+
+    ``text_embeddings`` [T, D] come from ``encoder.encode_text``; ``value_range`` is the fixed
+    range for normalize="fixed"; ``smooth_sigma`` (in grid cells) applies a NaN-aware Gaussian.
+    """
+    raw = patch_scores(store, text_embeddings, mode, target, temperature)
+    fixed_range = value_range if value_range is not None else _DEFAULT_RANGE[mode]
+    scores = normalize_scores(raw, normalize, fixed_range)
+    grid = _scores_to_grid(store, scores)
+    if smooth_sigma > 0:
+        grid = _smooth(grid, smooth_sigma)
+    if normalize in ("percentile", "minmax", "fixed"):
+        shown = (0.0, 1.0)
+    elif mode == "softmax":
+        shown = (0.0, 1.0)
+    else:
+        finite = scores[np.isfinite(scores)]
+        shown = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    layout = _layout(store)
+    cell = layout["cell"]
+    origin_x, origin_y = layout["origin"]
+    if store.mpp is not None:
+        mpp_x, mpp_y, units = float(store.mpp[0]), float(store.mpp[1]), "um"
+    else:
+        mpp_x, mpp_y, units = 1.0, 1.0, "px"
+    return Heatmap(
+        grid=grid,
+        scores=scores,
+        origin_level0=(origin_x, origin_y),
+        cell_size_level0=cell,
+        scale=(cell * mpp_y, cell * mpp_x),
+        translate=((origin_y + cell / 2) * mpp_y, (origin_x + cell / 2) * mpp_x),
+        units=units,
+        mode=mode,
+        normalize=normalize,
+        prompt=prompt,
+        value_range=shown,
+        metadata={"encoder": store.encoder, "slide": store.slide},
+    )
+
+
+def top_patches(
+    store: FeatureStore, scores: np.ndarray, n: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n`` highest-scoring patches, best first (CLAM's top-k sampling); NaN never qualifies.
+
+    Returns boxes int64 [n, 4] as (x0, y0, x1, y1) level-0 px and their scores float32 [n].
+    """
+    scores = np.asarray(scores, dtype=np.float32)
+    if scores.shape != (store.n_patches,):
+        raise DataError(
+            f"Got {scores.shape[0]} scores for a feature store of {store.n_patches} patches; "
+            "score the same store you pass."
+        )
+    valid = np.flatnonzero(np.isfinite(scores))
+    n = int(min(max(n, 0), valid.size))
+    if n == 0:
+        return np.zeros((0, 4), np.int64), np.zeros(0, np.float32)
+    chosen = valid[np.argpartition(-scores[valid], n - 1)[:n]] if n < valid.size else valid
+    chosen = chosen[np.argsort(-scores[chosen], kind="stable")]
+    top_left = store.coords[chosen]
+    boxes = np.concatenate([top_left, top_left + store.patch_size_level0], axis=1)
+    return boxes.astype(np.int64), scores[chosen]
+
+
+def _layout(store: FeatureStore) -> dict:
+    """Grid geometry of a store, computed once and cached on it: cell indices of every patch."""
+    cached = store.__dict__.get("_heatmap_layout")
+    if cached is not None:
+        return cached
+    cell = max(int(store.stride_level0), 1)
+    coords = store.coords
+    origin = coords.min(axis=0) if len(coords) else np.zeros(2, np.int64)
+    cells_per_patch = max(1, -(-int(store.patch_size_level0) // cell))
+    index = (coords - origin) // cell  # [N, 2] (col, row)
+    cols = int(index[:, 0].max()) + cells_per_patch if len(coords) else 0
+    rows = int(index[:, 1].max()) + cells_per_patch if len(coords) else 0
+    offsets = [(dy, dx) for dy in range(cells_per_patch) for dx in range(cells_per_patch)]
+    flat = np.stack([(index[:, 1] + dy) * cols + (index[:, 0] + dx) for dy, dx in offsets])
+    counts = np.bincount(flat.ravel(), minlength=rows * cols).astype(np.float32)
+    layout = {
+        "cell": cell,
+        "origin": (int(origin[0]), int(origin[1])),
+        "shape": (rows, cols),
+        "flat": flat,  # [cells_per_patch ** 2, N]
+        "counts": counts,
+        "simple": cells_per_patch == 1 and np.unique(flat[0]).size == len(coords),
+    }
+    store.__dict__["_heatmap_layout"] = layout
+    return layout
+
+
+def _scores_to_grid(store: FeatureStore, scores: np.ndarray) -> np.ndarray:
+    layout = _layout(store)
+    rows, cols = layout["shape"]
+    if layout["simple"]:
+        grid = np.full(rows * cols, np.nan, dtype=np.float32)
+        grid[layout["flat"][0]] = scores
+        return grid.reshape(rows, cols)
+    flat = layout["flat"]
+    sums = np.bincount(flat.ravel(), weights=np.tile(scores, flat.shape[0]), minlength=rows * cols)
+    counts = layout["counts"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        grid = np.where(counts > 0, sums / counts, np.nan).astype(np.float32)
+    return grid.reshape(rows, cols)
+
+
+def _smooth(grid: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian smoothing that ignores NaN cells and keeps them NaN."""
+    from scipy.ndimage import gaussian_filter
+
+    valid = np.isfinite(grid)
+    values = gaussian_filter(np.where(valid, grid, 0.0).astype(np.float64), sigma, mode="constant")
+    weights = gaussian_filter(valid.astype(np.float64), sigma, mode="constant")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = values / weights
+    return np.where(valid, out, np.nan).astype(np.float32)
