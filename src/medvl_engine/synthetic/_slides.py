@@ -22,6 +22,7 @@ from medvl_engine.synthetic._reports import ORGANS, make_report
 from medvl_engine.synthetic._tissue import (
     TISSUE_CLASSES,
     Stain,
+    _smooth_noise,
     class_id,
     density_to_rgb,
     random_stain,
@@ -84,11 +85,6 @@ def _choose_classes(rng: np.random.Generator, classes: tuple[str, ...] | None) -
     return sorted(chosen, key=TISSUE_CLASSES.index)
 
 
-def _noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> np.ndarray:
-    field_ = ndimage.gaussian_filter(rng.standard_normal(shape).astype(np.float32), sigma)
-    return field_ / max(float(field_.std()), 1e-6)
-
-
 def make_label_map(
     shape: tuple[int, int],
     classes: list[str],
@@ -109,7 +105,7 @@ def make_label_map(
     centre = rng.uniform(-0.15, 0.15, 2)
     radii = rng.uniform(0.6, 0.9, 2)
     envelope = 1.0 - ((yy - centre[0]) / radii[0]) ** 2 - ((xx - centre[1]) / radii[1]) ** 2
-    blob = envelope + 0.45 * _noise(rng, shape, min(shape) / 10.0)
+    blob = envelope + 0.45 * _smooth_noise(rng, shape, min(shape) / 10.0)
     tissue = blob > np.quantile(blob, 1.0 - fraction)
     tissue = ndimage.binary_opening(tissue, iterations=2)
     components, count = ndimage.label(tissue)
@@ -123,7 +119,7 @@ def make_label_map(
     ids = np.array([class_id(c) for c in classes])
     seeds_per_class = [3 if c == "stroma" else int(rng.integers(1, 3)) for c in classes]
     scale = float(min(shape))
-    warps = [_noise(rng, shape, min(shape) / 14.0) for _ in classes]
+    warps = [_smooth_noise(rng, shape, min(shape) / 14.0) for _ in classes]
     rows = np.arange(height, dtype=np.float32)[:, None]
     cols = np.arange(width, dtype=np.float32)[None, :]
     bias = np.zeros(len(classes), np.float32)
@@ -179,7 +175,7 @@ def paint_slide(
 ) -> np.ndarray:
     """Level-0 RGB image, uint8 [height, width, 3], for ``size`` = (width, height) px."""
     width, height = size
-    atlas_side = _BLOCK * 2
+    atlas_side = _BLOCK if max(width, height) <= _BLOCK else 2 * _BLOCK
     atlases: dict[int, np.ndarray] = {}
     for cid in np.unique(labels):
         maps = tissue_density(int(cid), (atlas_side, atlas_side), rng, mpp)
@@ -191,23 +187,24 @@ def paint_slide(
     for y0 in range(0, height, _BLOCK):
         for x0 in range(0, width, _BLOCK):
             y1, x1 = min(y0 + _BLOCK, height), min(x0 + _BLOCK, width)
-            block = labels[
-                y0 // label_downsample : y0 // label_downsample + cells,
-                x0 // label_downsample : x0 // label_downsample + cells,
-            ]
-            block = np.repeat(np.repeat(block, label_downsample, 0), label_downsample, 1)
-            block = block[: y1 - y0, : x1 - x0]
+            ly, lx = y0 // label_downsample, x0 // label_downsample
+            block = labels[ly : ly + cells, lx : lx + cells]
             ay, ax = y0 % atlas_side, x0 % atlas_side
             out = image[y0:y1, x0:x1]
-            for cid in np.unique(block):
-                texture = atlases[int(cid)][ay : ay + y1 - y0, ax : ax + x1 - x0]
-                where = block == cid
-                out[where] = texture[where]
+            counts = np.bincount(block.ravel(), minlength=len(TISSUE_CLASSES))
+            order = np.argsort(counts)[::-1]
+            out[:] = atlases[int(order[0])][ay : ay + y1 - y0, ax : ax + x1 - x0]
+            if counts[order[1]] > 0:
+                full = np.repeat(np.repeat(block, label_downsample, 0), label_downsample, 1)
+                full = full[: y1 - y0, : x1 - x0]
+                for cid in order[1:]:
+                    if counts[cid] == 0:
+                        break
+                    texture = atlases[int(cid)][ay : ay + y1 - y0, ax : ax + x1 - x0]
+                    where = full == cid
+                    out[where] = texture[where]
             for colour, stroke in (pens or {}).items():
-                ink = stroke[
-                    y0 // label_downsample : y0 // label_downsample + cells,
-                    x0 // label_downsample : x0 // label_downsample + cells,
-                ]
+                ink = stroke[ly : ly + cells, lx : lx + cells]
                 if not ink.any():
                     continue
                 ink = np.repeat(np.repeat(ink, label_downsample, 0), label_downsample, 1)

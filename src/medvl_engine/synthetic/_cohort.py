@@ -1,0 +1,137 @@
+"""Cohorts of synthetic slides with a CSV manifest (one row per slide) and saved label maps."""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from medvl_engine.errors import ExportError
+from medvl_engine.synthetic._reports import ORGANS
+from medvl_engine.synthetic._slides import SyntheticSlide, make_synthetic_slide
+
+__all__ = ["SLIDE_MANIFEST_COLUMNS", "assign_splits", "make_synthetic_cohort", "write_csv_atomic"]
+
+SLIDE_MANIFEST_COLUMNS: tuple[str, ...] = (
+    "slide_id",
+    "organ",
+    "report",
+    "slide_path",
+    "split",
+    "classes",
+    "label_path",
+    "label_downsample",
+    "mpp",
+)
+
+
+def write_csv_atomic(path: Path, columns: Sequence[str], rows: Sequence[dict]) -> None:
+    """Write ``rows`` (dicts keyed by ``columns``) to ``path`` through a temporary file."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".csv", dir=path.parent)
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(columns))
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise ExportError(
+            f"could not write manifest {path}: {exc.strerror or exc}; "
+            "check that the folder exists and is writable",
+            path,
+        ) from exc
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def assign_splits(
+    groups: Sequence[str], fractions: tuple[float, float, float], rng: np.random.Generator
+) -> list[str]:
+    """ "train" / "val" / "test" per item, stratified by group; every group gets a training item."""
+    splits = ["train"] * len(groups)
+    for group in sorted(set(groups)):
+        members = [i for i, g in enumerate(groups) if g == group]
+        members = [members[i] for i in rng.permutation(len(members))]
+        n_val = int(round(fractions[1] * len(members)))
+        n_test = int(round(fractions[2] * len(members)))
+        while n_val + n_test >= len(members) and (n_val or n_test):
+            if n_test >= n_val:
+                n_test -= 1
+            else:
+                n_val -= 1
+        for index in members[:n_val]:
+            splits[index] = "val"
+        for index in members[n_val : n_val + n_test]:
+            splits[index] = "test"
+    return splits
+
+
+def make_synthetic_cohort(
+    out_dir: str | Path,
+    n_slides: int,
+    seed: int,
+    organs: Sequence[str] = ORGANS,
+    *,
+    size: tuple[int, int] = (2048, 2048),
+    mpp: float = 0.5,
+    split_fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    compression: str = "jpeg",
+) -> list[SyntheticSlide]:
+    """Write ``n_slides`` synthetic slides, their label maps and ``manifest.csv`` into ``out_dir``.
+
+    Organs are assigned round-robin so every organ has slides (same-organ negatives for LIMIT);
+    splits are stratified by organ. Manifest columns: ``SLIDE_MANIFEST_COLUMNS``; paths in it are
+    absolute; ``classes`` is semicolon-separated; label maps are .npy uint8 arrays.
+    """
+    if n_slides < 1:
+        raise ValueError(f"n_slides must be at least 1, got {n_slides}")
+    organs = [o.lower() for o in organs]
+    unknown = sorted(set(organs) - set(ORGANS))
+    if unknown:
+        raise ValueError(f"unknown organ(s) {unknown}; use some of {', '.join(ORGANS)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    slide_seeds = rng.integers(0, 2**31 - 1, n_slides)
+    slides: list[SyntheticSlide] = []
+    for index in range(n_slides):
+        slide_id = f"synth-{seed}-{index:04d}"
+        slide = make_synthetic_slide(
+            out / f"{slide_id}.tif",
+            seed=int(slide_seeds[index]),
+            size=size,
+            mpp=mpp,
+            organ=organs[index % len(organs)],
+            compression=compression,
+            slide_id=slide_id,
+        )
+        label_path = out / f"{slide_id}_labels.npy"
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=out)
+        with os.fdopen(fd, "wb") as handle:
+            np.save(handle, slide.label_map)
+        os.replace(tmp, label_path)
+        slides.append(slide)
+    splits = assign_splits([s.organ for s in slides], split_fractions, rng)
+    rows = [
+        {
+            "slide_id": s.slide_id,
+            "organ": s.organ,
+            "report": s.report,
+            "slide_path": str(s.path.resolve()),
+            "split": split,
+            "classes": ";".join(s.classes_present),
+            "label_path": str((out / f"{s.slide_id}_labels.npy").resolve()),
+            "label_downsample": s.label_downsample,
+            "mpp": s.mpp,
+        }
+        for s, split in zip(slides, splits, strict=True)
+    ]
+    write_csv_atomic(out / "manifest.csv", SLIDE_MANIFEST_COLUMNS, rows)
+    return slides
