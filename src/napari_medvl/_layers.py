@@ -31,6 +31,8 @@ __all__ = [
     "mammogram_layers",
     "boxes_layer",
     "grid_image_layer",
+    "heatmap_layers",
+    "heatmap_result_layers",
     "importance_layers",
     "topk_layers",
 ]
@@ -360,3 +362,57 @@ def topk_layers(
             )
         )
     return layers
+
+
+def heatmap_layers(
+    heatmap: Any,
+    top_patches: tuple[np.ndarray, np.ndarray] | None,
+    frame: WorldFrame,
+    prompt: str | None = None,
+    colormap: str = "turbo",
+    opacity: float = 0.5,
+    blending: str = "translucent",
+) -> list[LayerData]:
+    """Image layer of an engine Heatmap plus a shapes layer of its top patches.
+
+    The image takes ``heatmap.scale``/``heatmap.translate`` as the engine computed them
+    (napari (y, x), in the slide's world units); the top patches (boxes (x0, y0, x1, y1)
+    level-0 px, scores) are drawn through the slide's ``frame``.
+    """
+    label = prompt if prompt is not None else heatmap.prompt
+    image_kwargs = {
+        "name": f"heatmap: {label}",
+        "colormap": colormap,
+        "opacity": opacity,
+        "blending": blending,
+        "contrast_limits": tuple(float(v) for v in heatmap.value_range),
+        "interpolation2d": "nearest",
+        "scale": tuple(float(v) for v in heatmap.scale),
+        "translate": tuple(float(v) for v in heatmap.translate),
+        "metadata": {
+            "medvl_kind": "heatmap",
+            "prompt": label,
+            "mode": heatmap.mode,
+            "normalize": heatmap.normalize,
+            "heatmap": heatmap,
+            "world_frame": frame.as_dict(),
+        },
+    }
+    layers: list[LayerData] = [(np.asarray(heatmap.grid, dtype=np.float32), image_kwargs, "image")]
+    if top_patches is not None:
+        boxes, scores = top_patches
+        layers.append(boxes_layer(boxes, scores, frame, name=f"top patches: {label}"))
+    return layers
+
+
+def heatmap_result_layers(
+    outcome: Any, frame: dict[str, Any] | WorldFrame | None
+) -> list[LayerData]:
+    """Layers for a heatmap job's outcome (``heatmap``, ``top_patches``) on a slide's frame."""
+    if frame is None:
+        world = WorldFrame(units=outcome.heatmap.units)
+    elif isinstance(frame, WorldFrame):
+        world = frame
+    else:
+        world = WorldFrame.from_dict(frame)
+    return heatmap_layers(outcome.heatmap, outcome.top_patches, world)

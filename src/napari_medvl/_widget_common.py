@@ -31,7 +31,7 @@ def upsert_layer(viewer: Any, layer_data: LayerData) -> Any:
 
     data, kwargs, layer_type = layer_data
     name = kwargs.get("name")
-    if name in viewer.layers and viewer.layers[name]._type_string == layer_type:
+    if name in viewer.layers and type(viewer.layers[name]).__name__.lower() == layer_type:
         viewer.layers.remove(name)
     layer = Layer.create(data, kwargs, layer_type)
     viewer.add_layer(layer)

@@ -1,0 +1,77 @@
+"""Show a ``medvl demo`` scene in napari: slide + heatmap + top patches, mammograms + TopK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from napari_medvl._layers import (
+    LayerData,
+    WorldFrame,
+    heatmap_layers,
+    mammogram_layers,
+    slide_layer,
+    topk_layers,
+)
+
+__all__ = ["scene_layers", "show_scene"]
+
+
+def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
+    """(slide layers, mammogram layers) for a DemoScene, overlays included where computed."""
+    from medvl_engine.io.slide import open_slide
+
+    slide_data = slide_layer(open_slide(scene.slide_path), name="synthetic H&E")
+    slide_frame = WorldFrame.from_dict(slide_data[1]["metadata"]["world_frame"])
+    slide_layers = [slide_data]
+    if scene.heatmap is not None:
+        slide_layers.extend(
+            heatmap_layers(scene.heatmap, scene.top_patches, slide_frame, scene.prompt)
+        )
+    mammo_layers: list[LayerData] = []
+    if scene.cc_path is not None and scene.mlo_path is not None:
+        from medvl_engine.io.mammo import open_mammogram
+
+        mammo_layers = mammogram_layers(
+            [open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)]
+        )
+        if scene.topk is not None:
+            frames = {
+                view: WorldFrame.from_dict(kwargs["metadata"]["world_frame"])
+                for view, (_, kwargs, _) in zip(("CC", "MLO"), mammo_layers, strict=True)
+            }
+            mammo_layers.extend(topk_layers(scene.topk, scene.breast, frames, scene.laterality))
+    return slide_layers, mammo_layers
+
+
+def show_scene(scene: Any, run: bool = True) -> list[Any]:
+    """Open one napari viewer per modality (slide, mammograms) with the scene's layers.
+
+    Docks the heatmap and TopK widgets so the user can keep asking. Blocks in
+    ``napari.run()`` unless ``run`` is False; returns the viewers.
+    """
+    import napari
+    from napari.layers import Layer
+
+    from napari_medvl._heatmap_widget import HeatmapWidget
+    from napari_medvl._topk_widget import TopKWidget
+
+    slide_layers, mammo_layers = scene_layers(scene)
+    viewers = []
+    slide_viewer = napari.Viewer(title="MedVL demo: slide")
+    for data in slide_layers:
+        slide_viewer.add_layer(Layer.create(*data))
+    slide_viewer.window.add_dock_widget(HeatmapWidget(slide_viewer), name="Text prompt heatmap")
+    viewers.append(slide_viewer)
+    if mammo_layers:
+        mammo_viewer = napari.Viewer(title="MedVL demo: mammograms")
+        for data in mammo_layers:
+            mammo_viewer.add_layer(Layer.create(*data))
+        mammo_viewer.window.add_dock_widget(TopKWidget(mammo_viewer), name="Mammogram TopK")
+        viewers.append(mammo_viewer)
+    for note in scene.notes:
+        from napari.utils.notifications import show_info
+
+        show_info(note)
+    if run:
+        napari.run()
+    return viewers

@@ -1,0 +1,67 @@
+"""The mammogram TopK job: breast image from two views, TopK-Patch, zero-shot readouts.
+
+No Qt here; runs inside a thread worker. Loaded models stay in a dict so a
+second run on other views does not reload them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from napari_medvl._progress import Progress, run_with_progress
+
+__all__ = ["TopKRequest", "TopKOutcome", "topk_job", "format_readouts"]
+
+
+@dataclass(frozen=True)
+class TopKRequest:
+    """Two views of one breast (engine Mammogram objects), a model and K."""
+
+    cc: Any
+    mlo: Any
+    model: str
+    k: int = 15
+
+
+@dataclass
+class TopKOutcome:
+    """The engine's TopKResult and the BreastImage it was computed on."""
+
+    request: TopKRequest
+    result: Any
+    breast: Any
+
+
+def topk_job(
+    request: TopKRequest, models: dict[str, Any], cancel: threading.Event | None = None
+) -> Generator[Progress, None, TopKOutcome]:
+    """Generator job: load the model (once), build the breast image, run TopK-Patch."""
+    from medvl_engine.io.mammo import breast_image
+    from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
+
+    model = models.get(request.model)
+    if model is None:
+        model = yield from run_with_progress(
+            "loading model", lambda progress: load_topksiglip(request.model), cancel=cancel
+        )
+        models[request.model] = model
+    yield Progress("breast image")
+    breast = breast_image(request.cc, request.mlo)
+    result = yield from run_with_progress(
+        "TopK-Patch",
+        lambda progress: predict_topk(model, breast, k=request.k),
+        cancel=cancel,
+    )
+    return TopKOutcome(request, result, breast)
+
+
+def format_readouts(zero_shot: dict[str, dict[str, float]]) -> str:
+    """One line per task, classes by falling probability: ``cancer: yes 0.71, no 0.29``."""
+    lines = []
+    for task, probabilities in zero_shot.items():
+        ranked = sorted(probabilities.items(), key=lambda item: -item[1])
+        lines.append(f"{task}: " + ", ".join(f"{name} {p:.2f}" for name, p in ranked))
+    return "\n".join(lines) if lines else "(no zero-shot readouts)"

@@ -1,0 +1,64 @@
+"""Fixtures' building blocks for the plugin tests: tiny models and synthetic inputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+TINY_TOPK = dict(
+    vision_pretrained=None,
+    vision_depths=[1, 1, 1, 1],
+    vision_hidden_sizes=[8, 16, 32, 64],
+    image_size=256,
+    grid=8,
+    low_res_factor=2,
+    k=3,
+    tau_anneal_steps=10,
+    text_pretrained=None,
+    text_config={
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 77,
+    },
+    context_length=96,
+    embed_dim=16,
+)
+
+
+def tiny_topk_folder(tmp_path: Path) -> Path:
+    """A randomly initialised TopKSigLIP saved as a model folder (the real loading path)."""
+    from medvl_engine.models.topksiglip import TopKSigLIPConfig, build_topksiglip, save_topksiglip
+
+    model = build_topksiglip(TopKSigLIPConfig(**TINY_TOPK), work_dir=tmp_path / "tokenizer")
+    return save_topksiglip(model, tmp_path / "tiny-topk")
+
+
+@pytest.fixture(scope="session")
+def medvl_cache(tmp_path_factory):
+    """One MEDVL_CACHE for the plugin tests, so the demo model is fitted once per session."""
+    folder = tmp_path_factory.mktemp("medvl-cache")
+    previous = os.environ.get("MEDVL_CACHE")
+    os.environ["MEDVL_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("MEDVL_CACHE", None)
+    else:
+        os.environ["MEDVL_CACHE"] = previous
+
+
+SLIDE_CLASSES = ("tumor", "stroma", "adipose")
+
+
+@pytest.fixture(scope="session")
+def small_slide(tmp_path_factory):
+    """A 1344 x 896 px synthetic H&E slide at 0.5 um/px with tumor, stroma and adipose."""
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    folder = tmp_path_factory.mktemp("slide")
+    return make_synthetic_slide(
+        folder / "small.tiff", seed=5, size=(1344, 896), mpp=0.5, classes=SLIDE_CLASSES
+    )

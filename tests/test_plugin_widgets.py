@@ -1,0 +1,121 @@
+"""Dock widgets in a real viewer (Xvfb): heatmap on a synthetic slide, cancel, bad input."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from _plugin_helpers import medvl_cache, small_slide  # noqa: F401  (fixtures)
+from napari.utils.notifications import notification_manager
+
+from napari_medvl._heatmap_job import FeatureCache
+from napari_medvl._heatmap_widget import HeatmapWidget
+
+pytestmark = pytest.mark.gui
+WORKER_TIMEOUT_MS = 120_000
+
+
+def _open_slide(viewer, path):
+    import npe2
+
+    npe2.PluginManager.instance().discover()
+    return viewer.open(str(path), plugin="napari-medvl")[0]
+
+
+def _run_and_wait(qtbot, widget):
+    worker = widget.run()
+    assert worker is not None
+    with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS):
+        pass
+    return worker
+
+
+def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
+    make_napari_viewer,
+    qtbot,
+    tmp_path,
+    medvl_cache,
+    small_slide,  # noqa: F811
+):
+    viewer = make_napari_viewer()
+    slide_layer = _open_slide(viewer, small_slide.path)
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+    assert widget.slide_choice.value is slide_layer
+    widget.prompts.value = "tumor"
+    widget.top_n.value = 3
+    _run_and_wait(qtbot, widget)
+    assert widget.runner.last_error is None
+
+    heat = viewer.layers["heatmap: tumor"]
+    # 224 px patches at 0.5 um/px on a 0.5 um/px slide: one cell = 224 level-0 px = 112 um
+    np.testing.assert_allclose(heat.scale, [112.0, 112.0])
+    np.testing.assert_allclose(heat.translate, [56.0, 56.0])
+    assert heat.data.shape == (4, 6)  # 896 / 224 rows, 1344 / 224 columns
+    boxes = viewer.layers["top patches: tumor"]
+    assert len(boxes.data) == 3
+    # every top patch lies on a patch of the 224 px grid, in um
+    corners = np.asarray(boxes.data[0])
+    np.testing.assert_allclose(np.ptp(corners, axis=0), [112.0, 112.0])
+    assert np.allclose(corners % 112.0, 0.0)
+    # the best box sits mostly on tumor in the ground truth
+    y0, x0 = (corners.min(axis=0) / 0.5).astype(int)  # level-0 px
+    d = small_slide.label_downsample
+    patch_labels = small_slide.label_map[y0 // d : (y0 + 224) // d, x0 // d : (x0 + 224) // d]
+    assert np.mean(patch_labels == 1) > 0.5
+
+    # a new prompt reuses the loaded features: no extraction, and fast
+    started = time.perf_counter()
+    widget.prompts.value = "adipose tissue"
+    _run_and_wait(qtbot, widget)
+    assert time.perf_counter() - started < 5.0
+    assert "heatmap: adipose tissue" in viewer.layers
+    assert widget.controls.status.value == "Done."
+
+
+def test_cancel_stops_the_job_without_adding_layers(
+    make_napari_viewer,
+    qtbot,
+    tmp_path,
+    medvl_cache,
+    small_slide,  # noqa: F811
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+    worker = widget.run()
+    widget.controls.cancel_button.changed.emit(True)
+    with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS, raising=False):
+        pass
+    qtbot.wait(100)
+    assert not any(layer.name.startswith("heatmap") for layer in viewer.layers)
+    assert widget.controls.status.value == "Cancelled."
+    assert not widget.runner.running
+
+
+def test_unknown_model_gives_a_notification_not_an_exception(
+    make_napari_viewer,
+    qtbot,
+    tmp_path,
+    small_slide,  # noqa: F811
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+    widget.model.value = str(tmp_path / "no-such-model")
+    before = len(notification_manager.records)
+    _run_and_wait(qtbot, widget)
+    qtbot.wait(50)
+    messages = [record.message for record in notification_manager.records[before:]]
+    assert len(messages) == 1
+    assert "no-such-model" in messages[0]
+    assert "Traceback" not in messages[0]
+    assert not any(layer.name.startswith("heatmap") for layer in viewer.layers)
+
+
+def test_incomplete_input_is_reported_before_any_work(make_napari_viewer):
+    viewer = make_napari_viewer()
+    widget = HeatmapWidget(viewer)
+    before = len(notification_manager.records)
+    assert widget.run() is None
+    assert "No slide layer" in notification_manager.records[before].message
