@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 
 
@@ -112,3 +113,36 @@ def make_tiny_bert_tower(out_dim: int):
     return TextTower(
         BertModel(config), tokenizer, pooling="cls", projection=projection, max_length=32
     )
+
+
+_DEMO_CACHE: dict[str, object] = {}
+
+
+def demo_encoder():
+    """The real "medvl-demo" encoder, built once per test process into a temporary cache."""
+    import os
+    import tempfile
+
+    from medvl_engine.encoders import load_encoder
+
+    if "encoder" not in _DEMO_CACHE:
+        if "MEDVL_CACHE" not in os.environ:
+            os.environ["MEDVL_CACHE"] = tempfile.mkdtemp(prefix="medvl-test-cache-")
+        _DEMO_CACHE["encoder"] = load_encoder("medvl-demo")
+    return _DEMO_CACHE["encoder"]
+
+
+class RegularGrid:
+    """A plain patch grid at level 0: every (x, y) multiple of ``stride`` whose patch fits."""
+
+    def __init__(self, dimensions: tuple[int, int], patch_size: int, stride: int | None = None):
+        stride = stride or patch_size
+        width, height = dimensions
+        xs = np.arange(0, width - patch_size + 1, stride)
+        ys = np.arange(0, height - patch_size + 1, stride)
+        grid_y, grid_x = np.meshgrid(ys, xs, indexing="ij")
+        self.coords = np.stack([grid_x.ravel(), grid_y.ravel()], axis=1).astype(np.int64)
+        self.patch_size = patch_size
+        self.patch_size_level0 = patch_size
+        self.level = 0
+        self.target_mpp = 0.5

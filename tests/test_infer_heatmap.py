@@ -1,0 +1,132 @@
+"""Heatmap equations against hand-computed values, grid geometry, top patches, and a real
+synthetic slide where the demo encoder's "tumor" heatmap must find the tumour."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from _infer_helpers import RegularGrid, demo_encoder
+from medvl_engine.features import FeatureStore, extract_features
+from medvl_engine.heatmap import normalize_scores, similarity_map, top_patches
+
+# Four unit features on a 2 x 2 grid of 10 px patches: (0,0) (10,0) (0,10) (10,10).
+FEATURES = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], dtype=np.float32)
+COORDS = np.array([[0, 0], [10, 0], [0, 10], [10, 10]], dtype=np.int64)
+
+
+def _store(mpp=None, coords=COORDS, features=FEATURES, patch=10) -> FeatureStore:
+    return FeatureStore(features, coords, patch_size_level0=patch, patch_size=patch, mpp=mpp)
+
+
+def test_cosine_grid_is_the_dot_product_per_cell():
+    heatmap = similarity_map(_store(), torch.tensor([[2.0, 0.0]]))  # prompt is normalised
+    np.testing.assert_allclose(heatmap.scores, [1.0, 0.0, 0.6, -1.0], atol=1e-6)
+    np.testing.assert_allclose(heatmap.grid, [[1.0, 0.0], [0.6, -1.0]], atol=1e-6)
+    assert heatmap.grid.dtype == np.float32
+
+
+def test_softmax_gives_class_probability():
+    text = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    heatmap = similarity_map(_store(), text, mode="softmax", target=1, temperature=0.5)
+    expected_patch2 = math.exp(0.8 / 0.5) / (math.exp(0.6 / 0.5) + math.exp(0.8 / 0.5))
+    assert heatmap.grid[1, 0] == pytest.approx(expected_patch2, abs=1e-6)
+    assert heatmap.scores[0] == pytest.approx(1 / (1 + math.exp(2.0)), abs=1e-6)
+
+
+def test_contrast_is_prompt_a_minus_prompt_b():
+    text = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    heatmap = similarity_map(_store(), text, mode="contrast")
+    np.testing.assert_allclose(heatmap.scores, [1.0, -1.0, -0.2, -1.0], atol=1e-6)
+    with pytest.raises(ValueError, match="exactly 2 prompts"):
+        similarity_map(_store(), torch.eye(2)[:1], mode="contrast")
+
+
+def test_normalisations():
+    scores = np.array([0.2, -0.4, 0.8, 0.5], dtype=np.float32)
+    np.testing.assert_allclose(normalize_scores(scores, "percentile"), [1 / 3, 0, 1, 2 / 3])
+    np.testing.assert_allclose(normalize_scores(scores, "minmax"), [0.5, 0.0, 1.0, 0.75])
+    np.testing.assert_allclose(
+        normalize_scores(scores, "fixed", (0.0, 0.5)), [0.4, 0.0, 1.0, 1.0], atol=1e-6
+    )
+
+
+def test_overlapping_patches_average_per_cell_and_gaps_are_nan():
+    features = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)
+    coords = np.array([[0, 0], [5, 0], [0, 20]], dtype=np.int64)  # stride 5, patch 10
+    heatmap = similarity_map(_store(coords=coords, features=features), torch.tensor([[1.0, 0.0]]))
+    assert heatmap.cell_size_level0 == 5
+    assert heatmap.grid.shape == (6, 3)
+    np.testing.assert_allclose(heatmap.grid[0], [1.0, 0.8, 0.6], atol=1e-6)
+    np.testing.assert_allclose(heatmap.grid[1], [1.0, 0.8, 0.6], atol=1e-6)
+    assert np.isnan(heatmap.grid[2:4]).all()
+    np.testing.assert_allclose(heatmap.grid[4:6, :2], 0.0, atol=1e-6)
+    assert np.isnan(heatmap.grid[4:6, 2]).all()
+
+
+def test_world_transform_in_micrometres_and_pixels():
+    coords = COORDS + np.array([100, 200])
+    heatmap = similarity_map(_store(mpp=(0.5, 0.25), coords=coords), torch.tensor([[1.0, 0.0]]))
+    assert heatmap.units == "um" and heatmap.origin_level0 == (100, 200)
+    assert heatmap.scale == (10 * 0.25, 10 * 0.5)
+    # cell (0, 0) covers level-0 px [100, 110) x [200, 210): its centre is at (105, 205) px
+    assert heatmap.translate == (205 * 0.25, 105 * 0.5)
+    plain = similarity_map(_store(coords=coords), torch.tensor([[1.0, 0.0]]))
+    assert plain.units == "px" and plain.scale == (10.0, 10.0) and plain.translate == (205, 105)
+
+
+def test_smoothing_keeps_constant_regions_and_nan_holes():
+    features = np.tile([[1.0, 0.0]], (8, 1)).astype(np.float32)
+    coords = np.array([[x * 10, y * 10] for y in range(3) for x in range(3) if (x, y) != (1, 1)])
+    heatmap = similarity_map(
+        _store(coords=coords, features=features), torch.tensor([[1.0, 0.0]]), smooth_sigma=1.0
+    )
+    assert np.isnan(heatmap.grid[1, 1])
+    np.testing.assert_allclose(heatmap.grid[np.isfinite(heatmap.grid)], 1.0, atol=1e-5)
+
+
+def test_top_patches_are_boxes_sorted_by_score():
+    scores = np.array([0.1, np.nan, 0.9, 0.5], dtype=np.float32)
+    boxes, top = top_patches(_store(), scores, n=5)
+    np.testing.assert_array_equal(boxes, [[0, 10, 10, 20], [10, 10, 20, 20], [0, 0, 10, 10]])
+    np.testing.assert_allclose(top, [0.9, 0.5, 0.1])
+    boxes, top = top_patches(_store(), scores, n=1)
+    assert boxes.tolist() == [[0, 10, 10, 20]]
+
+
+def _auroc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """Mann-Whitney AUROC: the chance a positive outscores a negative (ties count half)."""
+    pos, neg = scores[positive], scores[~positive]
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
+
+
+def test_demo_encoder_tumor_heatmap_finds_the_tumor(tmp_path):
+    from medvl_engine.io.slide import open_slide
+    from medvl_engine.synthetic import TISSUE_CLASSES, make_synthetic_slide
+
+    truth = make_synthetic_slide(
+        tmp_path / "slide.tiff",
+        seed=3,
+        size=(2048, 2048),
+        classes=("tumor", "stroma", "adipose", "lymphocytes"),
+    )
+    encoder = demo_encoder()
+    with open_slide(truth.path) as slide:
+        grid = RegularGrid(slide.dimensions, patch_size=128)
+        labels = truth.label_map
+        centres = (grid.coords + 64) // truth.label_downsample
+        patch_class = labels[centres[:, 1], centres[:, 0]]
+        tissue = patch_class != 0
+        grid.coords = grid.coords[tissue]
+        store = extract_features(slide, encoder, grid, tmp_path / "features.zarr", batch_size=32)
+    tumor = patch_class[tissue] == TISSUE_CLASSES.index("tumor")
+    assert 10 < tumor.sum() < len(tumor) - 10
+    heatmap = similarity_map(store, encoder.encode_text(["tumor"]), prompt="tumor")
+    assert _auroc(heatmap.scores, tumor) > 0.95
+    # the grid places each patch's score at its own cell
+    cols, rows = ((store.coords - heatmap.origin_level0) // heatmap.cell_size_level0).T
+    np.testing.assert_allclose(heatmap.grid[rows, cols], heatmap.scores)
