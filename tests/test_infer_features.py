@@ -1,0 +1,143 @@
+"""Feature extraction into zarr stores: resume after cancel, refusal to overwrite, h5 import."""
+
+from __future__ import annotations
+
+import threading
+
+import h5py
+import numpy as np
+import pytest
+
+from _infer_helpers import RegularGrid, make_tiny_clip
+from medvl_engine.encoders import load_encoder
+from medvl_engine.errors import CancelledError, DataError
+from medvl_engine.features import FeatureStore, extract_features, import_h5_features
+
+
+@pytest.fixture(scope="module")
+def slide(tmp_path_factory):
+    from medvl_engine.io.slide import open_slide
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    folder = tmp_path_factory.mktemp("slide")
+    truth = make_synthetic_slide(folder / "s.tiff", seed=5, size=(512, 384), mpp=0.25)
+    with open_slide(truth.path) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    return load_encoder(make_tiny_clip(tmp_path_factory.mktemp("m") / "clip"))
+
+
+def test_extraction_writes_the_documented_layout(slide, encoder, tmp_path):
+    import zarr
+
+    grid = RegularGrid(slide.dimensions, patch_size=64, stride=32)
+    seen = []
+    store = extract_features(
+        slide,
+        encoder,
+        grid,
+        tmp_path / "f.zarr",
+        batch_size=16,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    n = len(grid.coords)
+    assert store.features.shape == (n, 16) and store.features.dtype == np.float32
+    assert store.features.flags["C_CONTIGUOUS"]
+    np.testing.assert_allclose(np.linalg.norm(store.features, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(store.coords, grid.coords)
+    assert seen[0] == (0, n) and seen[-1] == (n, n)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    group = zarr.open_group(str(tmp_path / "f.zarr"), mode="r")
+    assert group.attrs["patch_size_level0"] == 64 and group.attrs["slide_mpp"] == [0.25, 0.25]
+    assert group.attrs["n_done"] == n and group.attrs["encoder"] == encoder.name
+    patch = slide.read_region(tuple(grid.coords[7]), 0, (64, 64))[None]
+    np.testing.assert_allclose(store.features[7], encoder.encode_patches(patch)[0], atol=1e-5)
+    assert store.mpp == (0.25, 0.25) and store.stride_level0 == 32
+
+
+def test_cancelled_run_resumes_to_the_same_store(slide, encoder, tmp_path):
+    grid = RegularGrid(slide.dimensions, patch_size=64, stride=32)
+    reference = extract_features(slide, encoder, grid, tmp_path / "ref.zarr", batch_size=8)
+
+    stop = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        if done >= 16:
+            stop.set()
+
+    with pytest.raises(CancelledError, match="16 of .* patches.*resume"):
+        extract_features(
+            slide,
+            encoder,
+            grid,
+            tmp_path / "run.zarr",
+            batch_size=8,
+            progress=progress,
+            cancel=stop,
+        )
+    with pytest.raises(DataError, match="incomplete \\(16 of"):
+        FeatureStore.open(tmp_path / "run.zarr")
+    resumed_from = []
+    resumed = extract_features(
+        slide,
+        encoder,
+        grid,
+        tmp_path / "run.zarr",
+        batch_size=8,
+        progress=lambda done, total: resumed_from.append(done),
+    )
+    assert resumed_from[0] == 16
+    np.testing.assert_array_equal(resumed.features, reference.features)
+    np.testing.assert_array_equal(resumed.coords, reference.coords)
+
+
+def test_existing_store_of_another_grid_is_not_overwritten(slide, encoder, tmp_path):
+    extract_features(slide, encoder, RegularGrid(slide.dimensions, 64), tmp_path / "f.zarr")
+    with pytest.raises(DataError, match="another encoder or patch grid"):
+        extract_features(slide, encoder, RegularGrid(slide.dimensions, 128), tmp_path / "f.zarr")
+
+
+def test_trident_h5_imports_without_reencoding(tmp_path):
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal((5, 12)).astype(np.float32)
+    coords = np.array([[0, 0], [512, 0], [0, 512], [512, 512], [1024, 0]])
+    path = tmp_path / "slide.h5"
+    with h5py.File(path, "w") as handle:
+        handle["features"] = features
+        handle["coords"] = coords
+        handle["coords"].attrs["patch_size_level0"] = 512
+    store = import_h5_features(path, tmp_path / "slide.zarr", slide_mpp=(0.5, 0.5), encoder="uni")
+    expected = features / np.linalg.norm(features, axis=1, keepdims=True)
+    np.testing.assert_allclose(store.features, expected, atol=1e-6)
+    np.testing.assert_array_equal(store.coords, coords)
+    reopened = FeatureStore.open(tmp_path / "slide.zarr")
+    np.testing.assert_allclose(reopened.features, expected, atol=1e-6)
+    assert (reopened.patch_size_level0, reopened.mpp, reopened.encoder) == (512, (0.5, 0.5), "uni")
+
+
+def test_clam_h5_with_batch_axis_and_downsample(tmp_path):
+    path = tmp_path / "clam.h5"
+    with h5py.File(path, "w") as handle:
+        handle["features"] = np.ones((1, 3, 4), np.float32)
+        handle["coords"] = np.array([[0, 0], [512, 0], [1024, 0]])
+        handle["coords"].attrs["patch_size"] = 256
+        handle["coords"].attrs["downsample"] = np.array([2.0, 2.0])
+    store = import_h5_features(path)
+    assert store.features.shape == (3, 4) and store.patch_size_level0 == 512
+
+
+def test_h5_without_patch_size_is_explained(tmp_path):
+    path = tmp_path / "bare.h5"
+    with h5py.File(path, "w") as handle:
+        handle["features"] = np.ones((2, 4), np.float32)
+        handle["coords"] = np.zeros((2, 2))
+    with pytest.raises(DataError, match="bare.h5 does not say its patch size"):
+        import_h5_features(path)
+
+
+def test_opening_something_that_is_not_a_store(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        FeatureStore.open(tmp_path / "missing.zarr")
