@@ -8,7 +8,8 @@
 * Localisation: the importance map ``w / sum w`` on the ``G x G`` grid against ROI boxes;
   pixel-level average precision (map painted on the breast image at ``ap_resolution`` px over its
   candidate cells, pixels pooled over all images with an ROI) and the Pointing Game (hit when the
-  centre of the top-scoring candidate lies in a box grown by ``tolerance`` px).
+  centre of the top-scoring candidate lies in a box grown by ``tolerance`` px). Each metric
+  comes with its chance level (``*_chance``: ROI pixel share; share of candidates counted a hit).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def localisation_metrics(
     tolerance = geometry.stride / 2.0 if tolerance is None else tolerance
     centres = geometry.offset + geometry.stride * np.arange(geometry.grid) + geometry.patch_size / 2
     scale = ap_resolution / geometry.image_size
-    hits, scores, labels = [], [], []
+    hits, chance, scores, labels = [], [], [], []
     for i in pick:
         boxes = outputs.boxes[i]
         # Boxes in grid-index units: the half-open range of candidate centres each box holds.
@@ -174,9 +175,17 @@ def localisation_metrics(
             axis=1,
         )
         hits.append(pointing_game(outputs.importance[i], index_boxes))
+        covered = np.zeros((geometry.grid, geometry.grid), dtype=bool)
+        for x0, y0, x1, y1 in index_boxes:
+            covered[y0:y1, x0:x1] = True
+        chance.append(covered.mean())
         scores.append(_paint(outputs.importance[i], geometry, ap_resolution).ravel())
         labels.append(_box_mask(boxes, ap_resolution, scale).ravel())
-    metrics = {"pointing_game": float(np.mean(hits)), "roi_cases": float(len(pick))}
+    metrics = {
+        "pointing_game": float(np.mean(hits)),
+        "pointing_game_chance": float(np.mean(chance)),
+        "roi_cases": float(len(pick)),
+    }
     label_array = np.concatenate(labels)
     if label_array.any() and not label_array.all():
         metrics["pixel_ap"] = average_precision(label_array, np.concatenate(scores))
