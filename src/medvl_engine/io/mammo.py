@@ -1,0 +1,460 @@
+"""Mammograms for display and for TopKSigLIP: ``open_mammogram`` and ``breast_image``.
+
+DICOM (any transfer syntax pydicom's installed plugins decode) goes through
+the standard grayscale pipeline in order: Modality LUT (rescale or LUT
+sequence) -> VOI LUT (window centre/width with LINEAR / LINEAR_EXACT /
+SIGMOID, or a VOI LUT sequence item; ``voi_index`` picks one when several are
+present) -> MONOCHROME1 inversion. PNG and TIFF (8 or 16 bit) are read as
+already-processed display images. Pixels are float32 [H, W] in [0, 1], rows
+and columns of the source image.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medvl_engine.errors import (
+    CorruptFileError,
+    MedVLError,
+    MissingDependencyError,
+    UnsupportedFormatError,
+)
+from medvl_engine.io import _voi
+from medvl_engine.io._breast import BreastImage, breast_image
+
+__all__ = [
+    "BreastImage",
+    "Mammogram",
+    "breast_image",
+    "open_mammogram",
+    "parse_file_name",
+    "MAMMOGRAM_SUFFIXES",
+]
+
+MAMMOGRAM_SUFFIXES = (".dcm", ".dicom", ".png", ".tif", ".tiff")
+
+PRIVATE_DICOM_KEYWORDS = (
+    "PatientName",
+    "PatientID",
+    "PatientBirthDate",
+    "AccessionNumber",
+    "OtherPatientIDs",
+    "InstitutionName",
+    "ReferringPhysicianName",
+    "StudyID",
+)
+"""DICOM attributes that identify a patient; kept apart and shown only on request."""
+
+_VIEW_NAMES = {
+    "CC": "CC",
+    "MLO": "MLO",
+    "ML": "ML",
+    "LM": "LM",
+    "LMO": "LMO",
+    "XCCL": "XCCL",
+    "XCCM": "XCCM",
+    "FB": "FB",
+    "SIO": "SIO",
+    "AT": "AT",
+    "SPOT": "SPOT",
+    "MAG": "MAG",
+}
+_VIEW_MEANINGS = (
+    ("medio-lateral oblique", "MLO"),
+    ("mediolateral oblique", "MLO"),
+    ("latero-medial oblique", "LMO"),
+    ("cranio-caudal exaggerated laterally", "XCCL"),
+    ("cranio-caudal exaggerated medially", "XCCM"),
+    ("exaggerated cranio-caudal", "XCCL"),
+    ("cranio-caudal", "CC"),
+    ("craniocaudal", "CC"),
+    ("medio-lateral", "ML"),
+    ("mediolateral", "ML"),
+    ("latero-medial", "LM"),
+    ("lateromedial", "LM"),
+)
+_LATERALITY_WORDS = {"L": "L", "LEFT": "L", "R": "R", "RIGHT": "R"}
+
+# Transfer syntax UID prefix -> the package whose plugin decodes it.
+_DECODER_PACKAGES = (
+    ("1.2.840.10008.1.2.4.5", "pylibjpeg-libjpeg"),
+    ("1.2.840.10008.1.2.4.7", "pylibjpeg-libjpeg"),
+    ("1.2.840.10008.1.2.4.8", "pylibjpeg-libjpeg (JPEG-LS)"),
+    ("1.2.840.10008.1.2.4.9", "pylibjpeg-openjpeg"),
+    ("1.2.840.10008.1.2.4.20", "pylibjpeg-openjpeg"),
+    ("1.2.840.10008.1.2.5", "pylibjpeg-rle"),
+)
+
+
+@dataclass
+class Mammogram:
+    """One mammographic view, ready for display.
+
+    ``pixels`` float32 [H, W] in [0, 1] (rows, columns of the source image),
+    dark = less attenuation after MONOCHROME1 inversion; ``pixel_spacing`` is
+    (row_mm, col_mm); ``stored_range`` is (min, max) of the modality values.
+    """
+
+    path: Path
+    pixels: np.ndarray
+    laterality: str | None = None
+    view: str | None = None
+    pixel_spacing: tuple[float, float] | None = None
+    modality: str | None = None
+    photometric: str | None = None
+    presentation_intent: str | None = None
+    voi: str = "full range"
+    voi_choices: list[str] = field(default_factory=list)
+    properties: dict[str, Any] = field(default_factory=dict)
+    private_properties: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.pixels.shape[0]), int(self.pixels.shape[1]))
+
+
+def parse_file_name(name: str) -> tuple[str | None, str | None]:
+    """(laterality, view) from a file name such as ``1_L_CC.png`` or ``case7-RMLO.dcm``."""
+    stem = Path(name).name.split(".")[0]
+    laterality = view = None
+    for token in re.split(r"[_\-\s.]+", stem.upper()):
+        if token in _LATERALITY_WORDS and laterality is None:
+            laterality = _LATERALITY_WORDS[token]
+        elif token in _VIEW_NAMES and view is None:
+            view = _VIEW_NAMES[token]
+        else:
+            joined = re.fullmatch(r"(L|R|LEFT|RIGHT)(CC|MLO|ML|LM|XCCL|XCCM)", token)
+            if joined:
+                laterality = laterality or _LATERALITY_WORDS[joined.group(1)]
+                view = view or joined.group(2)
+    return laterality, view
+
+
+def open_mammogram(path: str | os.PathLike, voi_index: int = 0) -> Mammogram:
+    """Read a mammogram (DICOM, PNG or TIFF) as display pixels in [0, 1] plus its metadata.
+
+    ``voi_index`` selects the VOI transform when a DICOM holds several (window
+    centre/width pairs first, then VOI LUT Sequence items).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MedVLError(f"{path}: no such file; check the path.", path)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(132)
+    except OSError as error:
+        raise MedVLError(
+            f"{path.name}: cannot be read ({error.strerror}); check its permissions.", path
+        ) from error
+    if len(head) >= 132 and head[128:132] == b"DICM" or path.suffix.lower() in (".dcm", ".dicom"):
+        return _open_dicom(path, voi_index)
+    if head.startswith(b"\x89PNG") or head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
+        return _open_plain(path, head)
+    if head.startswith(b"\xff\xd8\xff"):
+        return _open_plain(path, head)
+    raise UnsupportedFormatError(
+        f"{path.name}: not a mammogram format the engine reads; use DICOM, PNG or TIFF.", path
+    )
+
+
+def _first(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
+        return value[0] if len(value) else None
+    return value
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
+        return list(value)
+    return [value]
+
+
+def _text(value: Any) -> str | None:
+    value = _first(value)
+    text = str(value).strip() if value is not None else ""
+    return text or None
+
+
+def _decoder_package(transfer_syntax: str) -> str | None:
+    for prefix, package in _DECODER_PACKAGES:
+        if transfer_syntax.startswith(prefix):
+            return package
+    return None
+
+
+def _read_dicom(path: Path) -> Any:
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+
+    try:
+        return pydicom.dcmread(path)
+    except InvalidDicomError as error:
+        raise UnsupportedFormatError(
+            f"{path.name}: not a DICOM file ({error}); give a DICOM, PNG or TIFF mammogram.",
+            path,
+        ) from error
+    except Exception as error:
+        raise CorruptFileError(
+            f"{path.name}: the DICOM header could not be read ({error}); the file is damaged "
+            "or truncated, re-copy or re-export it.",
+            path,
+        ) from error
+
+
+def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
+    """Stored values [H, W] (first frame of a multi-frame image), decoded by pydicom."""
+    if "PixelData" not in dataset and "FloatPixelData" not in dataset:
+        kind = _text(dataset.get("Modality")) or "non-image"
+        raise UnsupportedFormatError(
+            f"{path.name}: this DICOM ({kind}) has no Pixel Data, so it is not an image; "
+            "open the image instance of the study instead.",
+            path,
+        )
+    transfer_syntax = str(getattr(dataset.file_meta, "TransferSyntaxUID", ""))
+    try:
+        pixels = dataset.pixel_array
+    except Exception as error:
+        package = _decoder_package(transfer_syntax)
+        if package and _decoder_missing(transfer_syntax):
+            raise MissingDependencyError(
+                f"{path.name}: its transfer syntax {transfer_syntax} needs a decoder that is "
+                f"not installed; install {package} (pip install {package.split()[0]}).",
+                path,
+            ) from error
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CorruptFileError(
+            f"{path.name}: the pixel data could not be decoded ({detail}); the file is "
+            "damaged or truncated, re-copy or re-export it.",
+            path,
+        ) from error
+    pixels = np.asarray(pixels)
+    frames = int(_first(dataset.get("NumberOfFrames")) or 1)
+    if frames > 1:
+        pixels = pixels[0]
+    if pixels.ndim == 3:
+        if pixels.shape[-1] not in (3, 4):
+            raise UnsupportedFormatError(
+                f"{path.name}: pixel array of shape {pixels.shape} is not a 2-D image; "
+                "give a single mammographic view.",
+                path,
+            )
+        pixels = pixels[..., :3].astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    if pixels.ndim != 2 or min(pixels.shape) < 2:
+        raise UnsupportedFormatError(
+            f"{path.name}: pixel array of shape {pixels.shape} is not a 2-D image; "
+            "give a single mammographic view.",
+            path,
+        )
+    return pixels
+
+
+def _decoder_missing(transfer_syntax: str) -> bool:
+    try:
+        from pydicom.pixels import get_decoder
+
+        return not get_decoder(transfer_syntax).is_available
+    except Exception:  # unknown syntax: no registered decoder at all
+        return True
+
+
+def _modality_values(dataset: Any, stored: np.ndarray) -> np.ndarray:
+    """Modality LUT (C.11.1): LUT sequence when present, else rescale slope/intercept."""
+    sequence = dataset.get("ModalityLUTSequence")
+    if sequence:
+        item = sequence[0]
+        return _voi.apply_lut(stored, list(item.LUTDescriptor), _lut_data(item))
+    slope = _first(dataset.get("RescaleSlope"))
+    intercept = _first(dataset.get("RescaleIntercept"))
+    return _voi.rescale(
+        stored,
+        float(slope) if slope not in (None, "") else 1.0,
+        float(intercept) if intercept not in (None, "") else 0.0,
+    )
+
+
+def _lut_data(item: Any) -> list[int]:
+    data = item.get("LUTData")
+    if data is None:
+        raise ValueError("a LUT sequence item has no LUT Data")
+    if isinstance(data, bytes):
+        bits = int(item.LUTDescriptor[2]) if len(item.LUTDescriptor) > 2 else 16
+        return np.frombuffer(data, dtype="<u2" if bits > 8 else "u1").tolist()
+    return [int(v) for v in _as_list(data)]
+
+
+def voi_options(dataset: Any) -> list[str]:
+    """Human-readable VOI choices in ``voi_index`` order (windows, then LUT sequence items)."""
+    centers = _as_list(dataset.get("WindowCenter"))
+    widths = _as_list(dataset.get("WindowWidth"))
+    explanations = _as_list(dataset.get("WindowCenterWidthExplanation"))
+    function = _text(dataset.get("VOILUTFunction")) or "LINEAR"
+    choices = []
+    for index, (center, width) in enumerate(zip(centers, widths, strict=False)):
+        label = f"window {float(center):g}/{float(width):g} {function}"
+        if index < len(explanations) and str(explanations[index]).strip():
+            label += f" ({str(explanations[index]).strip()})"
+        choices.append(label)
+    for index, item in enumerate(dataset.get("VOILUTSequence") or []):
+        explanation = _text(item.get("LUTExplanation"))
+        choices.append(f"VOI LUT {index + 1}" + (f" ({explanation})" if explanation else ""))
+    return choices
+
+
+def _apply_voi(
+    path: Path, dataset: Any, values: np.ndarray, voi_index: int
+) -> tuple[np.ndarray, str]:
+    choices = voi_options(dataset)
+    if not choices:
+        return _voi.full_range_window(values), "full range"
+    if not 0 <= voi_index < len(choices):
+        raise MedVLError(
+            f"{path.name}: VOI choice {voi_index} does not exist; this file offers "
+            f"{len(choices)} ({'; '.join(choices)}), pick 0..{len(choices) - 1}.",
+            path,
+        )
+    windows = min(
+        len(_as_list(dataset.get("WindowCenter"))), len(_as_list(dataset.get("WindowWidth")))
+    )
+    try:
+        if voi_index < windows:
+            center = float(_as_list(dataset.WindowCenter)[voi_index])
+            width = float(_as_list(dataset.WindowWidth)[voi_index])
+            function = _text(dataset.get("VOILUTFunction")) or "LINEAR"
+            return _voi.voi_window(values, center, width, function), choices[voi_index]
+        item = dataset.VOILUTSequence[voi_index - windows]
+        return _voi.voi_lut(values, list(item.LUTDescriptor), _lut_data(item)), choices[voi_index]
+    except (ValueError, TypeError, AttributeError) as error:
+        raise CorruptFileError(
+            f"{path.name}: its VOI attributes are invalid ({error}); pick another VOI "
+            "choice or fix the file's window tags.",
+            path,
+        ) from error
+
+
+def _view_from_dataset(dataset: Any) -> str | None:
+    position = _text(dataset.get("ViewPosition"))
+    if position:
+        return _VIEW_NAMES.get(position.upper(), position.upper())
+    for item in dataset.get("ViewCodeSequence") or []:
+        meaning = (_text(item.get("CodeMeaning")) or "").lower()
+        for words, view in _VIEW_MEANINGS:
+            if words in meaning:
+                return view
+        if meaning:
+            return meaning
+    return None
+
+
+def _open_dicom(path: Path, voi_index: int) -> Mammogram:
+    dataset = _read_dicom(path)
+    stored = _stored_pixels(path, dataset)
+    try:
+        values = _modality_values(dataset, stored)
+    except (ValueError, TypeError, AttributeError) as error:
+        raise CorruptFileError(
+            f"{path.name}: its Modality LUT is invalid ({error}); fix or re-export the file.",
+            path,
+        ) from error
+    display, voi_name = _apply_voi(path, dataset, values, voi_index)
+    photometric = _text(dataset.get("PhotometricInterpretation"))
+    if photometric == "MONOCHROME1":
+        display = _voi.invert_monochrome1(display)
+
+    name_laterality, name_view = parse_file_name(path.name)
+    laterality = _text(dataset.get("ImageLaterality")) or _text(dataset.get("Laterality"))
+    laterality = laterality.upper() if laterality else None
+    if laterality not in ("L", "R"):
+        laterality = name_laterality
+    view = _view_from_dataset(dataset) or name_view
+    spacing = dataset.get("PixelSpacing") or dataset.get("ImagerPixelSpacing")
+    pixel_spacing = None
+    if spacing is not None and len(_as_list(spacing)) >= 2:
+        row_mm, col_mm = (float(v) for v in _as_list(spacing)[:2])
+        pixel_spacing = (row_mm, col_mm)
+
+    properties: dict[str, Any] = {
+        "transfer_syntax": str(getattr(dataset.file_meta, "TransferSyntaxUID", "")),
+        "sop_class": str(dataset.get("SOPClassUID", "")),
+        "bits_stored": int(_first(dataset.get("BitsStored")) or 0),
+        "manufacturer": _text(dataset.get("Manufacturer")),
+        "presentation_lut_shape": _text(dataset.get("PresentationLUTShape")),
+    }
+    private = {
+        keyword: str(dataset.get(keyword))
+        for keyword in PRIVATE_DICOM_KEYWORDS
+        if dataset.get(keyword) not in (None, "")
+    }
+    return Mammogram(
+        path=path,
+        pixels=np.clip(display, 0.0, 1.0).astype(np.float32),
+        laterality=laterality,
+        view=view,
+        pixel_spacing=pixel_spacing,
+        modality=_text(dataset.get("Modality")),
+        photometric=photometric,
+        presentation_intent=_text(dataset.get("PresentationIntentType")),
+        voi=voi_name,
+        voi_choices=voi_options(dataset),
+        properties={k: v for k, v in properties.items() if v not in (None, "")},
+        private_properties=private,
+    )
+
+
+def _open_plain(path: Path, head: bytes) -> Mammogram:
+    """PNG/TIFF/JPEG: 8-bit values / 255; 16-bit values spread over their own range."""
+    try:
+        if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
+            import tifffile
+
+            pixels = np.asarray(tifffile.imread(path, key=0))
+        else:
+            from PIL import Image
+
+            with Image.open(path) as image:
+                image.load()
+                if image.mode == "P":
+                    image = image.convert("RGB")
+                pixels = np.asarray(image)
+    except Exception as error:
+        raise CorruptFileError(
+            f"{path.name}: the image could not be decoded ({error}); the file is damaged or "
+            "truncated, re-copy or re-export it.",
+            path,
+        ) from error
+    photometric = "MONOCHROME2"
+    if pixels.ndim == 3 and pixels.shape[-1] in (3, 4):
+        pixels = pixels[..., :3].astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+        photometric = "RGB"
+    if pixels.ndim != 2 or min(pixels.shape) < 2:
+        raise UnsupportedFormatError(
+            f"{path.name}: image of shape {pixels.shape} is not a 2-D grayscale view; "
+            "give a single mammographic view.",
+            path,
+        )
+    if np.issubdtype(pixels.dtype, np.integer) and pixels.dtype.itemsize == 1:
+        display, voi_name = pixels.astype(np.float64) / 255.0, "8-bit"
+    elif photometric == "RGB" and pixels.max() <= 255:
+        display, voi_name = pixels / 255.0, "8-bit"
+    else:
+        display, voi_name = _voi.full_range_window(pixels), "full range"
+    laterality, view = parse_file_name(path.name)
+    return Mammogram(
+        path=path,
+        pixels=np.clip(display, 0.0, 1.0).astype(np.float32),
+        laterality=laterality,
+        view=view,
+        modality=None,
+        photometric=photometric,
+        voi=voi_name,
+        properties={"format": path.suffix.lower().lstrip(".")},
+    )
