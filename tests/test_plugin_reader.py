@@ -6,9 +6,10 @@ import npe2
 import numpy as np
 import pytest
 from napari.components import ViewerModel
+from napari.layers import Layer
 from napari.utils.notifications import notification_manager
 
-from napari_medvl._reader import get_reader
+from napari_medvl._reader import get_reader, read_paths
 
 PLUGIN = "napari-medvl"
 
@@ -91,9 +92,9 @@ def test_dicom_wsi_opens_as_a_slide(sample_file):
     assert layers[0].rgb
 
 
-def test_mammograms_open_side_by_side_with_display_windowing(sample_file):
+def test_mammograms_read_together_sit_side_by_side_with_display_windowing(sample_file):
     dx = sample_file("dicom/dx_image.dcm")
-    _, layers = _open([str(dx), str(dx)])
+    layers = [Layer.create(*data) for data in read_paths([str(dx), str(dx)])]
     assert len(layers) == 2
     first, second = layers
     assert first.data.dtype == np.float32

@@ -130,16 +130,19 @@ def _view_name(mammogram: Any) -> str:
     return " ".join(parts) if parts else Path(str(mammogram.path)).stem
 
 
-def mammogram_layers(mammograms: Sequence[Any], gap_px: int = MAMMOGRAM_GAP_PX) -> list[LayerData]:
+def mammogram_layers(
+    mammograms: Sequence[Any], gap_px: int = MAMMOGRAM_GAP_PX, start_x: float = 0.0
+) -> list[LayerData]:
     """Grayscale image layers, one per view, side by side from left to right.
 
     Each ``mammogram`` follows medvl_engine.io.mammo.Mammogram (pixels float32
     [H, W] in [0, 1] after the DICOM display pipeline). View i is shifted right
-    by the widths of the views before it plus ``gap_px`` each; the shift is kept
-    in ``metadata["world_frame"]`` so boxes in the view's source px land on it.
+    by ``start_x`` plus the widths of the views before it and ``gap_px`` each; the
+    shift is kept in ``metadata["world_frame"]`` so boxes in the view's source px
+    land on it.
     """
     layers: list[LayerData] = []
-    offset_x = 0.0
+    offset_x = float(start_x)
     used_names: set[str] = set()
     for mammogram in mammograms:
         pixels = np.asarray(mammogram.pixels, dtype=np.float32)

@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from napari_medvl._layers import LayerData, mammogram_layers, slide_layer
+from napari_medvl._layers import (
+    MAMMOGRAM_GAP_PX,
+    MAMMOGRAM_KIND,
+    LayerData,
+    mammogram_layers,
+    slide_layer,
+)
 from napari_medvl._notify import report_error
 
 __all__ = ["get_reader", "read_paths", "SLIDE_SUFFIXES", "AMBIGUOUS_SUFFIXES"]
@@ -37,19 +43,49 @@ def get_reader(path: str | Sequence[str]) -> Callable[..., list[LayerData]] | No
     return read_paths
 
 
-def _open(path: str) -> tuple[str, Any]:
-    """Open one file or DICOM folder as ("slide", Slide) or ("mammogram", Mammogram)."""
-    from medvl_engine.errors import UnsupportedFormatError
-    from medvl_engine.io.slide import open_slide
+SLIDE_MODALITIES = ("SM",)
 
-    candidate = Path(path)
-    if candidate.is_file() and candidate.suffix.lower() in AMBIGUOUS_SUFFIXES:
-        from medvl_engine.io.mammo import open_mammogram
+
+def _kind(path: Path) -> str:
+    """'mammogram' or 'slide' for a file the engine will open.
+
+    DICOM by its Modality (SM = slide; MG, DX, CR, RG, OT and the rest = mammogram),
+    PNG by its colour mode (grayscale = mammogram), everything else a slide. Only
+    the header is read; decoding stays with the engine's openers.
+    """
+    suffix = path.suffix.lower()
+    if path.is_dir():
+        return "slide"
+    if suffix in (".dcm", ".dicom"):
+        import pydicom
 
         try:
-            return "mammogram", open_mammogram(candidate)
-        except UnsupportedFormatError:
-            pass  # e.g. a DICOM whole-slide image or a colour PNG: a slide
+            header = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["Modality"])
+        except Exception:
+            return "mammogram"  # unreadable: the mammogram opener words the error
+        modality = str(header.get("Modality", "") or "").upper()
+        return "slide" if modality in SLIDE_MODALITIES else "mammogram"
+    if suffix == ".png":
+        from PIL import Image
+
+        try:
+            with Image.open(path) as image:
+                mode = image.mode
+        except Exception:
+            return "slide"  # unreadable: the slide opener words the error
+        return "mammogram" if mode in ("1", "L", "LA", "I", "I;16", "I;16B", "F") else "slide"
+    return "slide"
+
+
+def _open(path: str) -> tuple[str, Any]:
+    """Open one file or DICOM folder as ("slide", Slide) or ("mammogram", Mammogram)."""
+    candidate = Path(path)
+    if _kind(candidate) == "mammogram":
+        from medvl_engine.io.mammo import open_mammogram
+
+        return "mammogram", open_mammogram(candidate)
+    from medvl_engine.io.slide import open_slide
+
     return "slide", open_slide(candidate)
 
 
@@ -75,5 +111,25 @@ def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData
             mammograms.append(opened)
         else:
             layers.append(slide_layer(opened))
-    layers.extend(mammogram_layers(mammograms))
+    if mammograms:
+        layers.extend(mammogram_layers(mammograms, start_x=_free_x_in_current_viewer()))
     return layers or NULL_LAYER
+
+
+def _free_x_in_current_viewer() -> float:
+    """World x right of the mammograms already open, plus a gap (0 without a viewer).
+
+    napari hands a reader one file at a time, so views opened together or one
+    after the other are placed side by side here rather than on top of each other.
+    """
+    import napari
+
+    viewer = napari.current_viewer()
+    if viewer is None:
+        return 0.0
+    right_edges = [
+        layer.metadata["world_frame"]["offset_x"] + layer.data.shape[1]
+        for layer in viewer.layers
+        if layer.metadata.get("medvl_kind") == MAMMOGRAM_KIND
+    ]
+    return max(right_edges) + MAMMOGRAM_GAP_PX if right_edges else 0.0
