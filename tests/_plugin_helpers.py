@@ -62,3 +62,20 @@ def small_slide(tmp_path_factory):
     return make_synthetic_slide(
         folder / "small.tiff", seed=5, size=(1344, 896), mpp=0.5, classes=SLIDE_CLASSES
     )
+
+
+@pytest.fixture(scope="session")
+def mammo_case(tmp_path_factory):
+    """A synthetic left-breast CC + MLO pair (DICOM, 512 x 320 px) with one mass."""
+    from medvl_engine.synthetic import make_mammogram_case
+
+    folder = tmp_path_factory.mktemp("mammo")
+    return make_mammogram_case(
+        folder, seed=3, laterality="L", size=(512, 320), findings=["mass"], cancer=True
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_topk(tmp_path_factory):
+    """Folder of a tiny randomly initialised TopKSigLIP."""
+    return tiny_topk_folder(tmp_path_factory.mktemp("topk"))

@@ -54,6 +54,7 @@ class HeatmapWidget(Container):
                 self.controls,
             ]
         )
+        self.last_outcome: HeatmapOutcome | None = None
         self.runner = self.controls.bind(self._show_outcome)
         self.controls.run_button.changed.connect(self.run)
         self.prompts.native.returnPressed.connect(self.run)
@@ -104,6 +105,7 @@ class HeatmapWidget(Container):
         return self.runner.start(heatmap_job, request, self.cache)
 
     def _show_outcome(self, outcome: HeatmapOutcome) -> None:
+        self.last_outcome = outcome
         layer = self.slide_choice.value
         frame = layer.metadata["world_frame"] if layer is not None else None
         for layer_data in heatmap_result_layers(outcome, frame):

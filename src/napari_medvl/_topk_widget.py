@@ -37,6 +37,7 @@ class TopKWidget(Container):
                 self.readouts,
             ]
         )
+        self.last_outcome: TopKOutcome | None = None
         self.runner = self.controls.bind(self._show_outcome)
         self.controls.run_button.changed.connect(self.run)
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
@@ -85,6 +86,7 @@ class TopKWidget(Container):
         return self.runner.start(topk_job, request, self.models)
 
     def _show_outcome(self, outcome: TopKOutcome) -> None:
+        self.last_outcome = outcome
         cc, mlo = self.cc_choice.value, self.mlo_choice.value
         frames = {
             "CC": WorldFrame.from_dict(cc.metadata["world_frame"]),

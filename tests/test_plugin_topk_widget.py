@@ -1,0 +1,76 @@
+"""Mammograms in a real viewer (Xvfb): side-by-side views and the TopK dock widget."""
+
+from __future__ import annotations
+
+import npe2
+import numpy as np
+import pytest
+from napari.utils.notifications import notification_manager
+
+from _plugin_helpers import mammo_case, tiny_topk  # noqa: F401  (fixtures)
+from napari_medvl._layers import MAMMOGRAM_GAP_PX
+from napari_medvl._topk_widget import TopKWidget
+
+pytestmark = pytest.mark.gui
+
+
+def _open_views(viewer, case):
+    npe2.PluginManager.instance().discover()
+    cc = viewer.open(str(case.cc_path), plugin="napari-medvl")[0]
+    mlo = viewer.open(str(case.mlo_path), plugin="napari-medvl")[0]
+    return cc, mlo
+
+
+def test_views_opened_one_after_the_other_sit_side_by_side(
+    make_napari_viewer,
+    mammo_case,  # noqa: F811
+):
+    viewer = make_napari_viewer()
+    cc, mlo = _open_views(viewer, mammo_case)
+    assert (cc.name, mlo.name) == ("L CC", "L MLO")
+    assert cc.data.shape == (512, 320)
+    assert mlo.translate[1] - cc.translate[1] == pytest.approx(320 + MAMMOGRAM_GAP_PX)
+    assert tuple(mlo.contrast_limits) == (0.0, 1.0)
+
+
+def test_topk_widget_draws_engine_boxes_on_their_source_views(
+    make_napari_viewer,
+    qtbot,
+    mammo_case,  # noqa: F811
+    tiny_topk,  # noqa: F811
+):
+    viewer = make_napari_viewer()
+    cc, mlo = _open_views(viewer, mammo_case)
+    widget = TopKWidget(viewer)
+    assert widget.cc_choice.value is cc and widget.mlo_choice.value is mlo
+    widget.model.value = str(tiny_topk)
+    widget.k.value = 5
+    worker = widget.run()
+    with qtbot.waitSignal(worker.finished, timeout=120_000):
+        pass
+    assert widget.runner.last_error is None, widget.runner.last_error
+    result = widget.last_outcome.result
+
+    shown = 0
+    for view, offset in (("CC", 0.0), ("MLO", 320.0 + MAMMOGRAM_GAP_PX)):
+        boxes_layer = viewer.layers[f"TopK L boxes {view}"]
+        engine_boxes = result.boxes[view]
+        assert len(boxes_layer.data) == len(engine_boxes)
+        for rectangle, (x0, y0, x1, y1) in zip(boxes_layer.data, engine_boxes, strict=True):
+            # world (y, x) = source px (y, x) shifted right by the view's offset
+            np.testing.assert_allclose(rectangle.min(axis=0), [y0, x0 + offset])
+            np.testing.assert_allclose(rectangle.max(axis=0), [y1, x1 + offset])
+        np.testing.assert_array_equal(boxes_layer.features["rank"], result.ranks[view])
+        shown += len(engine_boxes)
+        importance = viewer.layers[f"TopK L importance {view}"]
+        assert importance.data.shape == (4, 8)  # half of the tiny model's 8 x 8 grid
+    assert shown == 5
+    assert "cancer:" in widget.readouts.value
+
+
+def test_topk_without_two_views_says_what_to_do(make_napari_viewer):
+    viewer = make_napari_viewer()
+    widget = TopKWidget(viewer)
+    before = len(notification_manager.records)
+    assert widget.run() is None
+    assert "CC and an MLO" in notification_manager.records[before].message
