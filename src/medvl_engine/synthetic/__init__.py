@@ -4,7 +4,23 @@ Everything here is driven by a seed (numpy Generator), so the same arguments giv
 arrays and the same file bytes. Used by tests, benchmarks, training demos and the demo command.
 """
 
-from medvl_engine.synthetic._cohort import SLIDE_MANIFEST_COLUMNS, make_synthetic_cohort
+from medvl_engine.synthetic._cohort import (
+    MAMMO_MANIFEST_COLUMNS,
+    SLIDE_MANIFEST_COLUMNS,
+    make_mammogram_cohort,
+    make_synthetic_cohort,
+)
+from medvl_engine.synthetic._mammo import (
+    BIRADS_SENTENCES,
+    CANCER_SENTENCES,
+    DENSITY_SENTENCES,
+    FINDING_SENTENCES,
+    NEGATIVE_FINDINGS,
+    SyntheticMammoCase,
+    birads_sentence,
+    make_mammogram_case,
+)
+from medvl_engine.synthetic._mammo_render import FINDING_TYPES
 from medvl_engine.synthetic._reports import CLASS_SYNONYMS, NEGATION_PREFIXES, ORGANS, make_report
 from medvl_engine.synthetic._slides import SyntheticSlide, make_label_map, make_synthetic_slide
 from medvl_engine.synthetic._tissue import (
@@ -16,6 +32,17 @@ from medvl_engine.synthetic._tissue import (
 )
 
 __all__ = [
+    "BIRADS_SENTENCES",
+    "CANCER_SENTENCES",
+    "DENSITY_SENTENCES",
+    "FINDING_SENTENCES",
+    "FINDING_TYPES",
+    "MAMMO_MANIFEST_COLUMNS",
+    "NEGATIVE_FINDINGS",
+    "SyntheticMammoCase",
+    "birads_sentence",
+    "make_mammogram_case",
+    "make_mammogram_cohort",
     "TISSUE_CLASSES",
     "ORGANS",
     "SLIDE_MANIFEST_COLUMNS",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import tempfile
 from collections.abc import Sequence
@@ -11,10 +12,18 @@ from pathlib import Path
 import numpy as np
 
 from medvl_engine.errors import ExportError
+from medvl_engine.synthetic._mammo import SyntheticMammoCase, make_mammogram_case
 from medvl_engine.synthetic._reports import ORGANS
 from medvl_engine.synthetic._slides import SyntheticSlide, make_synthetic_slide
 
-__all__ = ["SLIDE_MANIFEST_COLUMNS", "assign_splits", "make_synthetic_cohort", "write_csv_atomic"]
+__all__ = [
+    "MAMMO_MANIFEST_COLUMNS",
+    "SLIDE_MANIFEST_COLUMNS",
+    "assign_splits",
+    "make_mammogram_cohort",
+    "make_synthetic_cohort",
+    "write_csv_atomic",
+]
 
 SLIDE_MANIFEST_COLUMNS: tuple[str, ...] = (
     "slide_id",
@@ -135,3 +144,83 @@ def make_synthetic_cohort(
     ]
     write_csv_atomic(out / "manifest.csv", SLIDE_MANIFEST_COLUMNS, rows)
     return slides
+
+
+MAMMO_MANIFEST_COLUMNS: tuple[str, ...] = (
+    "exam_id",
+    "laterality",
+    "cc_path",
+    "mlo_path",
+    "report",
+    "birads",
+    "density",
+    "cancer",
+    "findings",
+    "roi_boxes",
+    "split",
+    "photometric",
+)
+
+
+def make_mammogram_cohort(
+    out_dir: str | Path,
+    n: int,
+    seed: int,
+    *,
+    size: tuple[int, int] = (1024, 640),
+    split_fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    write_png: bool = False,
+) -> list[SyntheticMammoCase]:
+    """Write ``n`` synthetic breasts (two views each) and a breast-level ``manifest.csv``.
+
+    Breasts pair up into exams (left then right breast of ``mg<seed>-<k>``); density, photometric
+    interpretation and split are drawn per exam, so both breasts of an exam share them.
+    Columns: ``MAMMO_MANIFEST_COLUMNS``; ``findings``
+    is semicolon-separated, ``roi_boxes`` JSON {"CC": [[x0, y0, x1, y1], ...], "MLO": [...]} in
+    source px, ``cancer`` 0/1, paths absolute.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    case_seeds = rng.integers(0, 2**31 - 1, n)
+    n_exams = (n + 1) // 2
+    exam_density = rng.choice(list("ABCD"), n_exams, p=[0.1, 0.4, 0.4, 0.1])
+    exam_photometric = rng.choice(["MONOCHROME1", "MONOCHROME2"], n_exams)
+    cases = [
+        make_mammogram_case(
+            out,
+            seed=int(case_seeds[i]),
+            laterality="L" if i % 2 == 0 else "R",
+            size=size,
+            density=str(exam_density[i // 2]),
+            photometric=str(exam_photometric[i // 2]),
+            exam_id=f"mg{seed}-{i // 2:04d}",
+            write_png=write_png,
+        )
+        for i in range(n)
+    ]
+    exam_ids = sorted({c.exam_id for c in cases})
+    exam_split = dict(
+        zip(exam_ids, assign_splits(["all"] * len(exam_ids), split_fractions, rng), strict=True)
+    )
+    rows = [
+        {
+            "exam_id": c.exam_id,
+            "laterality": c.laterality,
+            "cc_path": str(c.cc_path.resolve()),
+            "mlo_path": str(c.mlo_path.resolve()),
+            "report": c.report,
+            "birads": c.birads,
+            "density": c.density,
+            "cancer": int(c.cancer),
+            "findings": ";".join(c.findings),
+            "roi_boxes": json.dumps(c.boxes),
+            "split": exam_split[c.exam_id],
+            "photometric": c.photometric,
+        }
+        for c in cases
+    ]
+    write_csv_atomic(out / "manifest.csv", MAMMO_MANIFEST_COLUMNS, rows)
+    return cases

@@ -1,0 +1,201 @@
+"""Synthetic mammogram views: breast outline, fibroglandular texture and lesions with their boxes.
+
+Images are attenuation maps, float32 [rows, cols], for a LEFT breast with the chest wall on
+column 0 and the nipple pointing to larger columns; right breasts are mirrored by the caller.
+Lesions are placed by breast coordinates shared between views: ``depth`` is the fraction of the
+chest-wall-to-nipple distance (the same in CC and MLO, as in a real exam) and ``offset`` the
+position across the breast in [-1, 1] (view-specific: medio-lateral in CC, oblique in MLO).
+Boxes are (x0, y0, x1, y1) source px: x = column, y = row, x1/y1 exclusive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from medvl_engine.synthetic._tissue import _smooth_noise
+
+__all__ = ["FINDING_TYPES", "DENSITY_FRACTION", "Lesion", "BreastGeometry", "render_view"]
+
+FINDING_TYPES: tuple[str, ...] = ("mass", "calcification", "architectural distortion", "asymmetry")
+DENSITY_FRACTION: dict[str, float] = {"A": 0.08, "B": 0.28, "C": 0.55, "D": 0.82}
+
+
+@dataclass(frozen=True)
+class Lesion:
+    """One finding in breast coordinates; ``size`` is a radius as a fraction of image rows."""
+
+    kind: str
+    depth: float
+    offset_cc: float
+    offset_mlo: float
+    size: float
+    spiculated: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class BreastGeometry:
+    """Ellipse semi-axes as fractions of rows/cols, shared by both views of one breast."""
+
+    depth: float
+    height_cc: float
+    height_mlo: float
+    centre_cc: float
+    centre_mlo: float
+    pectoral_width: float
+    pectoral_height: float
+
+    @classmethod
+    def random(cls, rng: np.random.Generator) -> BreastGeometry:
+        return cls(
+            depth=float(rng.uniform(0.70, 0.86)),
+            height_cc=float(rng.uniform(0.36, 0.44)),
+            height_mlo=float(rng.uniform(0.40, 0.46)),
+            centre_cc=float(rng.uniform(0.47, 0.53)),
+            centre_mlo=float(rng.uniform(0.52, 0.56)),
+            pectoral_width=float(rng.uniform(0.22, 0.32)),
+            pectoral_height=float(rng.uniform(0.38, 0.50)),
+        )
+
+
+def _outline(view: str, geo: BreastGeometry, shape: tuple[int, int]):
+    """(breast mask bool, normalised radius rho, pectoral mask bool, centre row, semi-axes)."""
+    rows, cols = shape
+    centre = (geo.centre_cc if view == "CC" else geo.centre_mlo) * rows
+    half_height = (geo.height_cc if view == "CC" else geo.height_mlo) * rows
+    half_depth = geo.depth * cols
+    rr = np.arange(rows, dtype=np.float32)[:, None]
+    cc = np.arange(cols, dtype=np.float32)[None, :]
+    rho = np.sqrt(((rr - centre) / half_height) ** 2 + (cc / half_depth) ** 2)
+    breast = rho < 1.0
+    pectoral = np.zeros(shape, bool)
+    if view == "MLO":
+        width, height = geo.pectoral_width * cols, geo.pectoral_height * rows
+        pectoral = cc < width * (1.0 - rr / height)
+        breast |= pectoral
+    return breast, rho, pectoral, centre, half_height, half_depth
+
+
+def lesion_centre(
+    lesion: Lesion, view: str, geo: BreastGeometry, shape: tuple[int, int]
+) -> tuple[float, float]:
+    """(row, col) source px of a lesion's centre in one view (left-breast orientation)."""
+    rows, cols = shape
+    centre = (geo.centre_cc if view == "CC" else geo.centre_mlo) * rows
+    half_height = (geo.height_cc if view == "CC" else geo.height_mlo) * rows
+    offset = lesion.offset_cc if view == "CC" else lesion.offset_mlo
+    col = lesion.depth * geo.depth * cols
+    row = centre + offset * half_height * np.sqrt(max(1.0 - lesion.depth**2, 0.0))
+    return float(row), float(col)
+
+
+def _segment_distance(
+    rr: np.ndarray, cc: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    direction = end - start
+    length2 = float(direction @ direction) or 1.0
+    t = np.clip(((rr - start[0]) * direction[0] + (cc - start[1]) * direction[1]) / length2, 0, 1)
+    return np.hypot(rr - (start[0] + t * direction[0]), cc - (start[1] + t * direction[1]))
+
+
+def _lesion_map(
+    lesion: Lesion, centre_rc: tuple[float, float], shape: tuple[int, int]
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """Attenuation added by one lesion in a local window: (map [h, w] float32, (row0, col0))."""
+    rows = shape[0]
+    rng = np.random.default_rng(lesion.seed)
+    radius = max(lesion.size * rows, 2.0)
+    reach = {"mass": 2.8, "calcification": 1.3, "architectural distortion": 1.3, "asymmetry": 2.2}
+    half = int(np.ceil(radius * reach[lesion.kind])) + 3
+    row0, col0 = int(round(centre_rc[0])) - half, int(round(centre_rc[1])) - half
+    rr = np.arange(2 * half + 1, dtype=np.float32)[:, None] + row0
+    cc = np.arange(2 * half + 1, dtype=np.float32)[None, :] + col0
+    dr, dc = rr - centre_rc[0], cc - centre_rc[1]
+    dist = np.hypot(dr, dc)
+    angle = np.arctan2(dr, dc)
+    out = np.zeros((2 * half + 1, 2 * half + 1), np.float32)
+    centre = np.array(centre_rc, np.float32)
+    if lesion.kind == "mass":
+        harmonics = sum(
+            rng.uniform(0.0, 0.12) * np.cos(k * angle + rng.uniform(0, 2 * np.pi))
+            for k in (2, 3, 5)
+        )
+        edge = radius * (1.0 + harmonics)
+        out = 0.32 * np.clip((edge - dist) / 2.5 + 0.5, 0.0, 1.0) * (1.0 - 0.3 * (dist / edge) ** 2)
+        if lesion.spiculated:
+            for theta in rng.uniform(0, 2 * np.pi, int(rng.integers(8, 14))):
+                tip = centre + radius * rng.uniform(1.8, 2.7) * np.array(
+                    [np.sin(theta), np.cos(theta)], np.float32
+                )
+                line = _segment_distance(rr, cc, centre, tip)
+                out = np.maximum(out, 0.16 * np.clip(1.6 - line, 0.0, 1.0))
+    elif lesion.kind == "calcification":
+        count = int(rng.integers(6, 16))
+        spots = centre + rng.normal(0.0, radius * 0.45, (count, 2))
+        for spot in spots:
+            spot_radius = rng.uniform(0.8, 1.8)
+            d = np.hypot(rr - spot[0], cc - spot[1])
+            out = np.maximum(out, 0.75 * np.clip(spot_radius - d + 0.5, 0.0, 1.0))
+    elif lesion.kind == "architectural distortion":
+        for theta in rng.uniform(0, 2 * np.pi, int(rng.integers(10, 16))):
+            start = centre + radius * 0.15 * np.array([np.sin(theta), np.cos(theta)], np.float32)
+            tip = centre + radius * rng.uniform(0.8, 1.25) * np.array(
+                [np.sin(theta), np.cos(theta)], np.float32
+            )
+            line = _segment_distance(rr, cc, start, tip)
+            out = np.maximum(out, 0.17 * np.clip(1.5 - line, 0.0, 1.0))
+    else:
+        out = 0.16 * np.exp(-0.5 * (dist / (0.7 * radius)) ** 4)
+    return out.astype(np.float32), (row0, col0)
+
+
+def _paste(canvas: np.ndarray, patch: np.ndarray, origin: tuple[int, int]) -> None:
+    """Add ``patch`` into ``canvas`` at (row0, col0), clipping at the borders."""
+    r0, c0 = origin
+    r1, c1 = r0 + patch.shape[0], c0 + patch.shape[1]
+    rs, cs = max(r0, 0), max(c0, 0)
+    re, ce = min(r1, canvas.shape[0]), min(c1, canvas.shape[1])
+    if rs < re and cs < ce:
+        canvas[rs:re, cs:ce] += patch[rs - r0 : re - r0, cs - c0 : ce - c0]
+
+
+def render_view(
+    view: str,
+    geo: BreastGeometry,
+    density: str,
+    lesions: list[Lesion],
+    shape: tuple[int, int],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """(attenuation float32 [rows, cols] in ~[0, 1.3], breast mask bool, boxes per lesion)."""
+    rows, cols = shape
+    breast, rho, pectoral, centre, half_height, half_depth = _outline(view, geo, shape)
+    thickness = np.clip(np.sqrt(np.clip(1.0 - rho**2, 0.0, 1.0)) * 2.2, 0.0, 1.0)
+    thickness = np.where(pectoral, 1.0, thickness) * breast
+
+    fraction = DENSITY_FRACTION[density]
+    structure = _smooth_noise(rng, shape, rows / 30.0) + 0.5 * _smooth_noise(
+        rng, shape, rows / 90.0
+    )
+    cc = np.arange(cols, dtype=np.float32)[None, :]
+    structure += 0.8 * np.exp(-(((cc / half_depth) - 0.45) ** 2) / 0.08)
+    inside = breast & ~pectoral & (rho < 0.93)
+    threshold = np.quantile(structure[inside], 1.0 - fraction) if inside.any() else 0.0
+    gland = 1.0 / (1.0 + np.exp(-(structure - threshold) * 1.8))
+    texture = 0.6 * _smooth_noise(rng, shape, rows / 200.0) + 0.4 * _smooth_noise(rng, shape, 1.2)
+    attenuation = thickness * (0.30 + 0.36 * gland + 0.035 * texture * (0.4 + gland))
+    attenuation += pectoral * 0.18
+
+    boxes: list[list[int]] = []
+    for lesion in lesions:
+        patch, origin = _lesion_map(lesion, lesion_centre(lesion, view, geo, shape), shape)
+        local = np.zeros(shape, np.float32)
+        _paste(local, patch, origin)
+        local *= breast
+        attenuation += local
+        on = np.argwhere(local > 0.3 * float(local.max()))
+        (y0, x0), (y1, x1) = on.min(0), on.max(0) + 1
+        boxes.append([int(x0), int(y0), int(x1), int(y1)])
+    return attenuation.astype(np.float32), breast, boxes
