@@ -201,6 +201,38 @@ def _float_or_none(value: Any) -> float | None:
     return number if math.isfinite(number) and number > 0 else None
 
 
+_UM_PER_UNIT = {"µm": 1.0, "um": 1.0, "nm": 1e-3, "mm": 1e3, "cm": 1e4, "m": 1e6, "Å": 1e-4}
+
+
+def _ome_mpp(ome_xml: str | None, image_index: int) -> tuple[float, float] | None:
+    """(x_um, y_um) from OME-XML Pixels PhysicalSizeX/Y (unit attribute, default um)."""
+    import xml.etree.ElementTree as ElementTree
+
+    if not ome_xml:
+        return None
+    try:
+        root = ElementTree.fromstring(ome_xml)
+    except ElementTree.ParseError:
+        return None
+    images = [el for el in root.iter() if el.tag.rsplit("}", 1)[-1] == "Image"]
+    if not images:
+        return None
+    image = images[min(image_index, len(images) - 1)]
+    pixels = next((el for el in image if el.tag.rsplit("}", 1)[-1] == "Pixels"), None)
+    if pixels is None:
+        return None
+    sizes = []
+    for axis in ("X", "Y"):
+        value = _float_or_none(pixels.get(f"PhysicalSize{axis}"))
+        factor = _UM_PER_UNIT.get(pixels.get(f"PhysicalSize{axis}Unit", "µm"))
+        if value is None or factor is None:
+            return None
+        sizes.append(value * factor)
+    if max(sizes) > MAX_MICROSCOPE_MPP:
+        return None
+    return sizes[0], sizes[1]
+
+
 def _check_page_decodable(path: Path, page: Any) -> None:
     from tifffile import TIFF
 
@@ -250,6 +282,12 @@ def open_tiff_slide(path: Path) -> TiffSlideParts:
 
 def _open_error(path: Path, error: Exception) -> Exception:
     text = str(error)
+    if "ndim" in text or "axes" in text:
+        return UnsupportedFormatError(
+            f"{path.name}: holds a multi-dimensional image (z-stack, time series or separate "
+            "channels), not an RGB slide; export an RGB pyramid to view it.",
+            path,
+        )
     if isinstance(error, NotImplementedError) or "not supported" in text:
         return UnsupportedFormatError(
             f"{path.name}: this TIFF layout is not supported ({text}); only RGB or "
@@ -319,6 +357,8 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
     mpp_y = _float_or_none(properties.get("tiffslide.mpp-y")) or mpp_x
     if mpp_x is not None and mpp_y is not None and max(mpp_x, mpp_y) <= MAX_MICROSCOPE_MPP:
         parts.mpp = (mpp_x, mpp_y)
+    if parts.mpp is None and slide.ts_tifffile.is_ome:
+        parts.mpp = _ome_mpp(slide.ts_tifffile.ome_metadata, series_index)
     parts.objective_power = _float_or_none(properties.get("tiffslide.objective-power"))
 
     for key, value in properties.items():
