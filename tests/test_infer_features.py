@@ -141,3 +141,14 @@ def test_h5_without_patch_size_is_explained(tmp_path):
 def test_opening_something_that_is_not_a_store(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         FeatureStore.open(tmp_path / "missing.zarr")
+
+
+def test_row_reads_equal_one_read_region_per_patch(slide):
+    from medvl_engine.features import read_patches
+
+    coords = np.array([[0, 0], [40, 0], [90, 0], [300, 6], [37, 201], [77, 201], [450, 300]])
+    for level in (0, 1):
+        got = read_patches(slide, coords, level, 48)
+        for index, (x, y) in enumerate(coords):
+            expected = slide.read_region((int(x), int(y)), level, (48, 48))
+            np.testing.assert_array_equal(got[index], expected)

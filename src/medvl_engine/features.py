@@ -9,6 +9,7 @@ order; a store with n_done < n_total is resumed by running the extraction again)
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -30,7 +31,13 @@ from medvl_engine._feature_io import (
 )
 from medvl_engine.errors import CancelledError, DataError
 
-__all__ = ["FeatureStore", "PatchGridLike", "extract_features", "import_h5_features"]
+__all__ = [
+    "FeatureStore",
+    "PatchGridLike",
+    "extract_features",
+    "import_h5_features",
+    "read_patches",
+]
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -156,9 +163,7 @@ def extract_features(
     autocast = _autocast(encoder.device)
 
     def read_batch(start: int) -> np.ndarray:
-        size = (int(grid.patch_size), int(grid.patch_size))
-        rows = coords[start : start + batch_size]
-        return np.stack([slide.read_region((int(x), int(y)), grid.level, size) for x, y in rows])
+        return read_patches(slide, coords[start : start + batch_size], grid.level, grid.patch_size)
 
     starts = iter(range(done, total, batch_size))
     with ThreadPoolExecutor(
@@ -231,6 +236,43 @@ def import_h5_features(
         group.attrs["n_done"] = store.n_patches
         store.path = Path(out_path)
     return store
+
+
+def read_patches(slide: Any, coords: np.ndarray, level: int, patch_size: int) -> np.ndarray:
+    """Pixels of patches uint8 [B, p, p, 3]; ``coords`` [B, 2] (x, y) level-0 px top-left.
+
+    Patches on one row that touch or overlap are read as one region and sliced, so shared
+    tiles are decoded once; the pixels equal those of one ``read_region`` per patch (the
+    level-``level`` top-left of each patch is floor(x / downsample), as read_region does).
+    """
+    width0, height0 = slide.level_dimensions[0]
+    level_width, level_height = slide.level_dimensions[level]
+    down_x, down_y = width0 / max(level_width, 1), height0 / max(level_height, 1)
+    out = np.empty((len(coords), patch_size, patch_size, 3), dtype=np.uint8)
+    order = np.lexsort((coords[:, 0], coords[:, 1]))
+    run: list[int] = []
+
+    def flush() -> None:
+        first, last = coords[run[0]], coords[run[-1]]
+        left = math.floor(first[0] / down_x)
+        width = math.floor(last[0] / down_x) - left + patch_size
+        region = slide.read_region((int(first[0]), int(first[1])), level, (width, patch_size))
+        for index in run:
+            offset = math.floor(coords[index, 0] / down_x) - left
+            out[index] = region[:, offset : offset + patch_size]
+
+    for index in order:
+        if run:
+            previous = coords[run[-1]]
+            same_row = math.floor(coords[index, 1] / down_y) == math.floor(previous[1] / down_y)
+            gap = math.floor(coords[index, 0] / down_x) - math.floor(previous[0] / down_x)
+            if not (same_row and 0 <= gap <= patch_size):
+                flush()
+                run = []
+        run.append(int(index))
+    if run:
+        flush()
+    return out
 
 
 def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
