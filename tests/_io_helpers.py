@@ -69,3 +69,54 @@ def write_svs(
             description=description,
         )
     return path
+
+
+def write_dicom(path: Path, pixels: np.ndarray | None, **attributes) -> Path:
+    """An uncompressed (explicit VR little endian) grayscale DICOM image with extra attributes.
+
+    ``pixels`` uint8 or uint16 [H, W]; None writes a dataset without Pixel Data.
+    Sequence attributes may be given as lists of dicts.
+    """
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.1.2"  # digital mammography
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = attributes.pop("transfer_syntax", ExplicitVRLittleEndian)
+    dataset = Dataset()
+    dataset.file_meta = meta
+    dataset.SOPClassUID = meta.MediaStorageSOPClassUID
+    dataset.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+    dataset.Modality = "MG"
+    dataset.PatientName = "Doe^Jane"
+    dataset.PatientID = "PID-0042"
+    dataset.PatientBirthDate = "19600101"
+    if pixels is not None:
+        bits = 8 if pixels.dtype == np.uint8 else 16
+        dataset.Rows, dataset.Columns = pixels.shape
+        dataset.SamplesPerPixel = 1
+        dataset.PhotometricInterpretation = "MONOCHROME2"
+        dataset.BitsAllocated = bits
+        dataset.BitsStored = bits if bits == 8 else 12
+        dataset.HighBit = dataset.BitsStored - 1
+        dataset.PixelRepresentation = 0
+        data = np.ascontiguousarray(pixels).tobytes()
+        if meta.TransferSyntaxUID.is_compressed:
+            from pydicom.encaps import encapsulate
+
+            data = encapsulate([data])
+        dataset.PixelData = data
+    for keyword, value in attributes.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            items = []
+            for fields in value:
+                item = Dataset()
+                for key, inner in fields.items():
+                    setattr(item, key, inner)
+                items.append(item)
+            value = Sequence(items)
+        setattr(dataset, keyword, value)
+    dataset.save_as(path, enforce_file_format=True)
+    return path

@@ -100,37 +100,61 @@ def _map_boxes(matrix: np.ndarray, boxes: Any) -> np.ndarray:
     return np.column_stack([np.minimum(a, b), np.maximum(a, b)])
 
 
-def breast_mask(pixels: np.ndarray) -> tuple[np.ndarray, int]:
-    """Largest bright component of a downsampled view: (mask bool [h, w], downsample)."""
-    from scipy import ndimage
+def _threshold(small: np.ndarray) -> float | None:
+    """Halfway between the background level (5th percentile) and Otsu's threshold."""
     from skimage.filters import threshold_otsu
+
+    low = float(np.percentile(small, 5))
+    if float(small.max()) <= low:
+        return None
+    return low + 0.5 * (float(threshold_otsu(small)) - low)
+
+
+def breast_mask(pixels: np.ndarray) -> tuple[np.ndarray, int, float | None]:
+    """Largest bright component of a downsampled view: (mask bool [h, w], downsample, threshold)."""
+    from scipy import ndimage
 
     step = max(1, int(np.ceil(max(pixels.shape) / _MASK_MAX_PX)))
     small = pixels[::step, ::step].astype(np.float32)
-    low = float(np.percentile(small, 5))
-    try:
-        otsu = float(threshold_otsu(small))
-    except ValueError:  # a constant image
-        return np.ones(small.shape, bool), step
-    mask = small > low + 0.5 * (otsu - low)
-    mask = ndimage.binary_opening(mask, structure=np.ones((3, 3), bool), iterations=_OPENING_STEPS)
+    threshold = _threshold(small)
+    if threshold is None:  # a constant image
+        return np.ones(small.shape, bool), step, None
+    mask = ndimage.binary_opening(
+        small > threshold, structure=np.ones((3, 3), bool), iterations=_OPENING_STEPS
+    )
     labels, count = ndimage.label(mask)
     if count == 0:
-        return np.ones(small.shape, bool), step
+        return np.ones(small.shape, bool), step, None
     sizes = ndimage.sum_labels(np.ones_like(labels), labels, index=np.arange(1, count + 1))
     largest = labels == (int(np.argmax(sizes)) + 1)
-    return ndimage.binary_fill_holes(largest), step
+    return ndimage.binary_fill_holes(largest), step, threshold
 
 
 def _crop_box(pixels: np.ndarray) -> tuple[tuple[int, int, int, int], np.ndarray]:
-    mask, step = breast_mask(pixels)
-    rows = np.flatnonzero(mask.any(axis=1))
-    cols = np.flatnonzero(mask.any(axis=0))
+    """Crop (x0, y0, x1, y1) source px around the breast and the full-resolution mask inside it.
+
+    The component is found on a downsampled copy; its bounding box is then
+    refined at full resolution (pixels above the threshold that lie within one
+    coarse cell of the component), so mirrored inputs give mirrored crops.
+    """
+    from scipy import ndimage
+
+    coarse, step, threshold = breast_mask(pixels)
     height, width = pixels.shape
-    x0, x1 = int(cols[0]) * step, min(width, (int(cols[-1]) + 1) * step)
-    y0, y1 = int(rows[0]) * step, min(height, (int(rows[-1]) + 1) * step)
-    crop_mask = mask[y0 // step : -(-y1 // step), x0 // step : -(-x1 // step)]
-    return (x0, y0, x1, y1), crop_mask
+    if threshold is None:
+        return (0, 0, width, height), np.ones((height, width), bool)
+    near = ndimage.binary_dilation(coarse, structure=np.ones((3, 3), bool))
+    near = np.repeat(np.repeat(near, step, axis=0), step, axis=1)
+    padded = np.zeros((height, width), bool)
+    padded[: min(height, near.shape[0]), : min(width, near.shape[1])] = near[:height, :width]
+    fine = padded & (pixels > threshold)
+    rows = np.flatnonzero(fine.any(axis=1))
+    cols = np.flatnonzero(fine.any(axis=0))
+    if rows.size == 0:
+        return (0, 0, width, height), np.ones((height, width), bool)
+    x0, x1 = int(cols[0]), int(cols[-1]) + 1
+    y0, y1 = int(rows[0]), int(rows[-1]) + 1
+    return (x0, y0, x1, y1), fine[y0:y1, x0:x1]
 
 
 def _chest_wall_on_right(crop_mask: np.ndarray, laterality: str | None) -> bool:

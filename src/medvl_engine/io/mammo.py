@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,7 +198,9 @@ def _read_dicom(path: Path) -> Any:
     from pydicom.errors import InvalidDicomError
 
     try:
-        return pydicom.dcmread(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dataset = pydicom.dcmread(path)
     except InvalidDicomError as error:
         raise UnsupportedFormatError(
             f"{path.name}: not a DICOM file ({error}); give a DICOM, PNG or TIFF mammogram.",
@@ -209,6 +212,13 @@ def _read_dicom(path: Path) -> Any:
             "or truncated, re-copy or re-export it.",
             path,
         ) from error
+    for warning in caught:
+        if "end of file" in str(warning.message).lower():
+            raise CorruptFileError(
+                f"{path.name}: the DICOM file ends early (truncated); re-copy or re-export it.",
+                path,
+            )
+    return dataset
 
 
 def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
@@ -221,16 +231,12 @@ def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
             path,
         )
     transfer_syntax = str(getattr(dataset.file_meta, "TransferSyntaxUID", ""))
+    missing = _missing_decoder(transfer_syntax)
+    if missing is not None:
+        raise MissingDependencyError(f"{path.name}: {missing}", path)
     try:
         pixels = dataset.pixel_array
     except Exception as error:
-        package = _decoder_package(transfer_syntax)
-        if package and _decoder_missing(transfer_syntax):
-            raise MissingDependencyError(
-                f"{path.name}: its transfer syntax {transfer_syntax} needs a decoder that is "
-                f"not installed; install {package} (pip install {package.split()[0]}).",
-                path,
-            ) from error
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CorruptFileError(
             f"{path.name}: the pixel data could not be decoded ({detail}); the file is "
@@ -258,13 +264,30 @@ def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
     return pixels
 
 
-def _decoder_missing(transfer_syntax: str) -> bool:
-    try:
-        from pydicom.pixels import get_decoder
+def _missing_decoder(transfer_syntax: str) -> str | None:
+    """Why pixels of this transfer syntax cannot be decoded here, or None when they can."""
+    from pydicom.pixels import get_decoder
+    from pydicom.uid import UID
 
-        return not get_decoder(transfer_syntax).is_available
-    except Exception:  # unknown syntax: no registered decoder at all
-        return True
+    if not transfer_syntax:
+        return None
+    name = UID(transfer_syntax).name
+    try:
+        decoder = get_decoder(transfer_syntax)
+    except NotImplementedError:
+        return (
+            f"its transfer syntax {name} ({transfer_syntax}) has no pixel decoder in pydicom; "
+            "convert the file to an uncompressed or JPEG 2000 syntax (e.g. gdcmconv --raw)."
+        )
+    except Exception:  # not a pixel transfer syntax pydicom knows: let decoding report it
+        return None
+    if decoder.is_available:
+        return None
+    package = _decoder_package(transfer_syntax) or "pylibjpeg with its plugins"
+    return (
+        f"its transfer syntax {name} ({transfer_syntax}) needs a decoder that is not "
+        f"installed; install {package} (pip install {package.split()[0]})."
+    )
 
 
 def _modality_values(dataset: Any, stored: np.ndarray) -> np.ndarray:
@@ -287,8 +310,8 @@ def _lut_data(item: Any) -> list[int]:
     if data is None:
         raise ValueError("a LUT sequence item has no LUT Data")
     if isinstance(data, bytes):
-        bits = int(item.LUTDescriptor[2]) if len(item.LUTDescriptor) > 2 else 16
-        return np.frombuffer(data, dtype="<u2" if bits > 8 else "u1").tolist()
+        entries = int(item.LUTDescriptor[0]) or 65536
+        return np.frombuffer(data, dtype="u1" if len(data) == entries else "<u2").tolist()
     return [int(v) for v in _as_list(data)]
 
 
