@@ -14,7 +14,15 @@ __all__ = ["STORE_FORMAT", "create_store", "open_store_group", "read_h5_features
 
 STORE_FORMAT = "medvl-features/1"
 # Attributes that must agree for an existing store to be resumed rather than refused.
-_IDENTITY_KEYS = ("patch_size_level0", "patch_size", "level", "encoder", "embed_dim", "n_total")
+_IDENTITY_KEYS = (
+    "patch_size_level0",
+    "patch_size",
+    "level",
+    "read_size",
+    "encoder",
+    "embed_dim",
+    "n_total",
+)
 
 
 def create_store(path: Path, coords: np.ndarray, attrs: dict[str, Any], chunk_rows: int):
@@ -110,6 +118,7 @@ def read_store(path: Path) -> dict[str, Any]:
         "slide": str(attrs.get("slide", "")),
         "mpp": None if mpp is None else (float(mpp[0]), float(mpp[1])),
         "slide_dimensions": None if dims is None else (int(dims[0]), int(dims[1])),
+        "stride": attrs.get("stride_level0"),
     }
 
 

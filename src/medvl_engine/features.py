@@ -46,7 +46,7 @@ class PatchGridLike(Protocol):
     """What extraction needs from a patch grid (``medvl_engine.tiling.PatchGrid`` has it)."""
 
     coords: np.ndarray  # int64 [N, 2], (x, y) level-0 px, top-left
-    patch_size: int  # px at ``level``
+    patch_size: int  # px handed to the encoder (at target_mpp)
     patch_size_level0: int
     level: int
     target_mpp: float | None
@@ -71,6 +71,7 @@ class FeatureStore:
     mpp: tuple[float, float] | None = None
     slide_dimensions: tuple[int, int] | None = None
     path: Path | None = None
+    stride: int | None = None
 
     def __post_init__(self) -> None:
         features = np.ascontiguousarray(self.features, dtype=np.float32)
@@ -107,7 +108,9 @@ class FeatureStore:
 
     @property
     def stride_level0(self) -> int:
-        """Grid step in level-0 px, from the coordinates (the patch size when N < 2)."""
+        """Grid step in level-0 px: as recorded, else from the coordinates (patch size if N < 2)."""
+        if self.stride:
+            return int(self.stride)
         steps = []
         for axis in (0, 1):
             values = np.unique(self.coords[:, axis])
@@ -129,12 +132,12 @@ def extract_features(
 ) -> FeatureStore:
     """Encode every patch of ``grid`` into a zarr store at ``out_path`` and return it loaded.
 
-    Patches (``grid.patch_size`` px at ``grid.level``) are read and decoded by ``num_workers``
-    background threads, up to ``prefetch`` batches ahead of the encoder. Each finished batch is
-    written as one chunk and counted in ``n_done``, so a run stopped by ``cancel`` (raising
-    CancelledError), a crash or a kill continues from there when called again with the same
-    ``out_path``. ``progress(done, total)`` is called after every batch. On CUDA the encoder
-    runs under bf16 (or fp16) autocast.
+    Patches (``grid.read_size`` px at ``grid.level``, resized to ``grid.patch_size`` when they
+    differ) are read and decoded by ``num_workers`` background threads, up to ``prefetch``
+    batches ahead of the encoder. Each finished batch is written as one chunk and counted in
+    ``n_done``, so a run stopped by ``cancel`` (raising CancelledError), a crash or a kill
+    continues from there when called again with the same ``out_path``. ``progress(done,
+    total)`` is called after every batch. On CUDA the encoder runs under bf16 (or fp16) autocast.
     """
     out_path = Path(out_path)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64).reshape(-1, 2)
@@ -144,6 +147,8 @@ def extract_features(
         "patch_size_level0": int(grid.patch_size_level0),
         "patch_size": int(grid.patch_size),
         "level": int(grid.level),
+        "read_size": int(getattr(grid, "read_size", grid.patch_size)),
+        "stride_level0": int(getattr(grid, "stride_level0", 0)) or None,
         "target_mpp": None if grid.target_mpp is None else float(grid.target_mpp),
         "encoder": str(encoder.name),
         "slide": str(getattr(slide, "path", "")),
@@ -162,8 +167,11 @@ def extract_features(
     is_cancelled = _cancel_check(cancel)
     autocast = _autocast(encoder.device)
 
+    read_size = int(getattr(grid, "read_size", grid.patch_size))
+
     def read_batch(start: int) -> np.ndarray:
-        return read_patches(slide, coords[start : start + batch_size], grid.level, grid.patch_size)
+        patches = read_patches(slide, coords[start : start + batch_size], grid.level, read_size)
+        return _resize(patches, int(grid.patch_size))
 
     starts = iter(range(done, total, batch_size))
     with ThreadPoolExecutor(
@@ -273,6 +281,19 @@ def read_patches(slide: Any, coords: np.ndarray, level: int, patch_size: int) ->
     if run:
         flush()
     return out
+
+
+def _resize(patches: np.ndarray, size: int) -> np.ndarray:
+    """uint8 [B, h, w, 3] -> [B, size, size, 3]: box filter when shrinking, bicubic when growing."""
+    if patches.shape[1:3] == (size, size):
+        return patches
+    from PIL import Image
+
+    shrink = patches.shape[1] > size
+    resample = Image.Resampling.BOX if shrink else Image.Resampling.BICUBIC
+    return np.stack(
+        [np.asarray(Image.fromarray(p).resize((size, size), resample)) for p in patches]
+    )
 
 
 def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
