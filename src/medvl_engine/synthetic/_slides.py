@@ -182,6 +182,10 @@ def paint_slide(
         texture = density_to_rgb(*maps, stain, rng)
         shift = rng.integers(0, atlas_side, 2)
         atlases[int(cid)] = np.roll(texture, tuple(int(s) for s in shift), axis=(0, 1))
+    adipose = labels == class_id("adipose")
+    edge_cells = max(1, int(round(2.0 / (mpp * label_downsample))))
+    fat_edge = adipose & ndimage.binary_dilation(~adipose, iterations=edge_cells)
+    membrane = density_to_rgb(*(np.full((1, 1), v, np.float32) for v in (0.02, 0.7, 0.0)), stain)
     image = np.empty((height, width, 3), np.uint8)
     cells = _BLOCK // label_downsample
     for y0 in range(0, height, _BLOCK):
@@ -203,6 +207,10 @@ def paint_slide(
                     texture = atlases[int(cid)][ay : ay + y1 - y0, ax : ax + x1 - x0]
                     where = full == cid
                     out[where] = texture[where]
+            edge = fat_edge[ly : ly + cells, lx : lx + cells]
+            if edge.any():
+                edge = np.repeat(np.repeat(edge, label_downsample, 0), label_downsample, 1)
+                out[edge[: y1 - y0, : x1 - x0]] = membrane[0, 0]
             for colour, stroke in (pens or {}).items():
                 ink = stroke[ly : ly + cells, lx : lx + cells]
                 if not ink.any():

@@ -229,7 +229,7 @@ def _adipose(rng, shape, mpp):
     gap = (dist[:, 1] - dist[:, 0]).reshape(yy.shape).astype(np.float32)
     if step > 1:
         gap = np.repeat(np.repeat(gap, step, axis=0), step, axis=1)[:height, :width]
-    thickness = _px(1.4, mpp)
+    thickness = _px(2.0, mpp)
     membrane = np.clip(1.0 - gap / thickness, 0.0, 1.0)
     membrane = ndimage.gaussian_filter(membrane, 0.6, mode="wrap")
     c_e = 0.03 + 0.75 * membrane

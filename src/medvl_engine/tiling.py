@@ -1,0 +1,293 @@
+"""Tissue masks and patch grids at a target resolution; every coordinate is level-0 px.
+
+``tissue_mask`` thresholds the saturation of a thumbnail with Otsu's method, drops pen ink
+(strong blue, green or black), closes small gaps, fills holes and removes specks.
+``patch_grid`` lays a lattice of square patches of ``patch_size`` px at ``target_mpp`` over the
+slide and keeps those whose tissue fraction reaches ``min_tissue``; each patch is read from the
+finest pyramid level that does not need upsampling and resized to ``patch_size``.
+
+Works with any object offering the ``medvl_engine.io.slide.Slide`` interface: ``dimensions``,
+``mpp``, ``level_downsamples``, ``get_best_level_for_downsample``, ``read_region`` and
+``thumbnail``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from scipy import ndimage
+
+__all__ = ["PatchGrid", "SlideLike", "pen_mask", "patch_grid", "tissue_mask"]
+
+_FALLBACK_MPP = 0.5
+
+
+class SlideLike(Protocol):
+    """The part of ``medvl_engine.io.slide.Slide`` that tiling needs."""
+
+    dimensions: tuple[int, int]
+    mpp: tuple[float, float] | None
+    level_downsamples: list[float]
+
+    def get_best_level_for_downsample(self, downsample: float) -> int: ...
+
+    def read_region(
+        self, location: tuple[int, int], level: int, size: tuple[int, int]
+    ) -> np.ndarray: ...
+
+    def thumbnail(self, max_px: int = 512) -> np.ndarray: ...
+
+
+def pen_mask(rgb: np.ndarray) -> np.ndarray:
+    """Pixels of blue, green or black marker ink, bool [h, w] for uint8 [h, w, 3].
+
+    Hematoxylin never exceeds red by more than ~75 grey levels in blue, and H&E is never
+    green-dominant nor near-black over a thumbnail pixel, so these rules leave tissue alone.
+    """
+    red, green, blue = (rgb[..., i].astype(np.int16) for i in range(3))
+    blue_ink = (blue - red > 90) & (blue - green > 40)
+    green_ink = (green - red > 30) & (green - blue > 10)
+    black_ink = rgb.max(axis=-1) < 60
+    return blue_ink | green_ink | black_ink
+
+
+def _otsu(values: np.ndarray, bins: int = 256) -> float:
+    """Otsu's threshold of values in [0, 1] (maximises between-class variance)."""
+    hist, edges = np.histogram(values, bins=bins, range=(0.0, 1.0))
+    hist = hist.astype(np.float64)
+    centres = (edges[:-1] + edges[1:]) / 2.0
+    weight0 = np.cumsum(hist)
+    weight1 = weight0[-1] - weight0
+    mean0 = np.cumsum(hist * centres) / np.maximum(weight0, 1e-12)
+    total = (hist * centres).sum()
+    mean1 = (total - np.cumsum(hist * centres)) / np.maximum(weight1, 1e-12)
+    between = weight0 * weight1 * (mean0 - mean1) ** 2
+    return float(centres[int(np.argmax(between))])
+
+
+def _closing(mask: np.ndarray, radius: float) -> np.ndarray:
+    """Morphological closing by a disk of ``radius`` px, on a coarser grid when the disk is big."""
+    if radius < 1.0:
+        return mask
+    step = max(1, int(radius // 6))
+    rows, cols = mask.shape
+    if step > 1:
+        padded = np.pad(mask, ((0, -rows % step), (0, -cols % step)))
+        blocks = padded.reshape(padded.shape[0] // step, step, padded.shape[1] // step, step)
+        coarse = blocks.mean(axis=(1, 3)) >= 0.5
+    else:
+        coarse = mask
+    reach = radius / step
+    pad = int(math.ceil(reach)) + 1
+    grown = ndimage.distance_transform_edt(~np.pad(coarse, pad)) <= reach
+    closed = (ndimage.distance_transform_edt(grown) > reach)[pad:-pad, pad:-pad]
+    if step > 1:
+        closed = np.repeat(np.repeat(closed, step, axis=0), step, axis=1)[:rows, :cols]
+    return closed
+
+
+def _slide_mpp(slide: SlideLike) -> float | None:
+    mpp = getattr(slide, "mpp", None)
+    if mpp is None:
+        return None
+    values = [float(v) for v in (mpp if isinstance(mpp, (tuple, list)) else (mpp, mpp))]
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        return None
+    return float(np.mean(values))
+
+
+def tissue_mask(
+    slide: SlideLike,
+    *,
+    max_px: int = 1024,
+    min_saturation: float = 0.05,
+    close_um: float = 50.0,
+    min_object_um2: float = 2.0e4,
+    max_hole_um2: float = 1.0e6,
+    exclude_pen: bool = True,
+) -> tuple[np.ndarray, float]:
+    """Tissue mask of a slide: (mask bool [h, w], downsample from mask px to level-0 px).
+
+    Otsu on HSV saturation of a thumbnail (longest side ``max_px``), threshold at least
+    ``min_saturation`` (a blank slide gives an empty mask), with hysteresis down to half the
+    threshold for regions touching tissue; pen ink removed when ``exclude_pen``;
+    closing by a disk of ``close_um``, holes up to ``max_hole_um2`` filled, objects under
+    ``min_object_um2`` dropped. Without an mpp the um sizes are taken at 0.5 um/px.
+    Mask pixel (r, c) covers level-0 x in [c * downsample, (c + 1) * downsample), likewise y.
+    """
+    rgb = np.asarray(slide.thumbnail(max_px))[..., :3]
+    width0, _ = slide.dimensions
+    downsample = width0 / rgb.shape[1]
+    um_per_px = (_slide_mpp(slide) or _FALLBACK_MPP) * downsample
+
+    channels = rgb.astype(np.float32)
+    top = channels.max(axis=-1)
+    saturation = np.where(top > 0, (top - channels.min(axis=-1)) / np.maximum(top, 1.0), 0.0)
+    saturation = ndimage.gaussian_filter(saturation, 1.0)
+    ink = pen_mask(rgb) if exclude_pen else np.zeros(rgb.shape[:2], bool)
+    if ink.any():
+        ink = ndimage.binary_dilation(ink, iterations=2)
+    usable = saturation[~ink]
+    threshold = max(_otsu(usable) if usable.size else 1.0, min_saturation)
+    # hysteresis: faint structure (fat membranes) counts when it touches clearly stained tissue
+    weak = (saturation > max(threshold / 2.0, min_saturation)) & ~ink
+    labels, count = ndimage.label(weak)
+    strong = np.unique(labels[(saturation > threshold) & weak])
+    mask = np.isin(labels, strong[strong > 0]) if count else weak
+
+    mask |= _closing(mask, close_um / um_per_px)
+    holes = ndimage.binary_fill_holes(mask) & ~mask
+    if holes.any():
+        labels, count = ndimage.label(holes)
+        sizes = ndimage.sum(holes, labels, np.arange(1, count + 1)) * um_per_px**2
+        mask |= np.isin(labels, np.flatnonzero(sizes <= max_hole_um2) + 1)
+    labels, count = ndimage.label(mask)
+    if count:
+        sizes = ndimage.sum(mask, labels, np.arange(1, count + 1)) * um_per_px**2
+        mask = np.isin(labels, np.flatnonzero(sizes >= min_object_um2) + 1)
+    return mask & ~ink, float(downsample)
+
+
+@dataclass
+class PatchGrid:
+    """Square patches on a lattice over a slide.
+
+    ``coords`` int64 [N, 2] are (x, y) level-0 px of each patch's top-left corner, row-major.
+    A patch covers ``patch_size_level0`` level-0 px per side and is returned as ``patch_size`` px
+    at ``target_mpp``; it is read as ``read_size`` px at pyramid ``level`` and resized.
+    ``tissue_fraction`` float32 [N] is the share of mask pixels inside each patch.
+    When the slide has no mpp, ``mpp_missing`` is True, ``target_mpp`` is None and patch sizes
+    are level-0 px.
+    """
+
+    coords: np.ndarray
+    patch_size: int
+    patch_size_level0: int
+    level: int
+    read_size: int
+    target_mpp: float | None
+    tissue_fraction: np.ndarray
+    stride_level0: int
+    slide_mpp: float | None
+    mpp_missing: bool
+    mask: np.ndarray = field(repr=False)
+    mask_downsample: float = 1.0
+
+    def __len__(self) -> int:
+        return int(self.coords.shape[0])
+
+    def read_patch(self, slide: SlideLike, index: int) -> np.ndarray:
+        """Patch ``index`` at the grid's resolution, uint8 [patch_size, patch_size, 3]."""
+        x, y = (int(v) for v in self.coords[index])
+        region = np.asarray(
+            slide.read_region((x, y), self.level, (self.read_size, self.read_size))
+        )[..., :3]
+        if self.read_size == self.patch_size:
+            return np.ascontiguousarray(region)
+        from PIL import Image
+
+        resample = (
+            Image.Resampling.BOX if self.read_size > self.patch_size else Image.Resampling.BICUBIC
+        )
+        image = Image.fromarray(np.ascontiguousarray(region))
+        return np.asarray(image.resize((self.patch_size, self.patch_size), resample))
+
+    def read_patches(self, slide: SlideLike, indices: Any) -> np.ndarray:
+        """Several patches, uint8 [B, patch_size, patch_size, 3]."""
+        indices = list(np.atleast_1d(np.asarray(indices, dtype=np.int64)))
+        out = np.empty((len(indices), self.patch_size, self.patch_size, 3), np.uint8)
+        for slot, index in enumerate(indices):
+            out[slot] = self.read_patch(slide, int(index))
+        return out
+
+    def attrs(self) -> dict[str, Any]:
+        """Plain-type description for feature-store attributes."""
+        return {
+            "patch_size": self.patch_size,
+            "patch_size_level0": self.patch_size_level0,
+            "target_mpp": self.target_mpp,
+            "level": self.level,
+            "read_size": self.read_size,
+            "stride_level0": self.stride_level0,
+            "slide_mpp": self.slide_mpp,
+            "mpp_missing": self.mpp_missing,
+        }
+
+
+def _box_sums(mask: np.ndarray) -> np.ndarray:
+    """Summed-area table with a zero first row and column, int64 [h + 1, w + 1]."""
+    table = np.zeros((mask.shape[0] + 1, mask.shape[1] + 1), np.int64)
+    table[1:, 1:] = mask.astype(np.int64).cumsum(0).cumsum(1)
+    return table
+
+
+def patch_grid(
+    slide: SlideLike,
+    patch_size: int = 448,
+    target_mpp: float = 0.5,
+    min_tissue: float = 0.25,
+    *,
+    stride: int | None = None,
+    mask: tuple[np.ndarray, float] | None = None,
+    **mask_options: Any,
+) -> PatchGrid:
+    """Patches of ``patch_size`` px at ``target_mpp`` um/px holding at least ``min_tissue`` tissue.
+
+    ``stride`` (px at target mpp, default ``patch_size``) spaces the lattice, which starts at the
+    level-0 origin; patches may reach past the right/bottom edge (read as white, counted as no
+    tissue). ``mask`` reuses a (mask, downsample) from :func:`tissue_mask`; otherwise one is
+    computed with ``mask_options``.
+    """
+    if patch_size < 1:
+        raise ValueError(f"patch_size must be a positive number of px, got {patch_size}")
+    if not 0.0 <= min_tissue <= 1.0:
+        raise ValueError(f"min_tissue must lie in [0, 1], got {min_tissue}")
+    stride = patch_size if stride is None else int(stride)
+    if stride < 1:
+        raise ValueError(f"stride must be a positive number of px, got {stride}")
+    slide_mpp = _slide_mpp(slide)
+    if slide_mpp is None:
+        scale, grid_mpp = 1.0, None
+    else:
+        if target_mpp is None or target_mpp <= 0:
+            raise ValueError(f"target_mpp must be a positive um/px value, got {target_mpp}")
+        scale, grid_mpp = float(target_mpp) / slide_mpp, float(target_mpp)
+    size0 = max(int(round(patch_size * scale)), 1)
+    stride0 = max(int(round(stride * scale)), 1)
+    level = int(slide.get_best_level_for_downsample(max(scale, 1.0)))
+    read_size = max(int(round(size0 / float(slide.level_downsamples[level]))), 1)
+
+    tissue, mask_ds = mask if mask is not None else tissue_mask(slide, **mask_options)
+    width0, height0 = slide.dimensions
+    xs = np.arange(0, width0, stride0, dtype=np.int64)
+    ys = np.arange(0, height0, stride0, dtype=np.int64)
+    grid_x, grid_y = np.meshgrid(xs, ys)
+    coords = np.stack([grid_x.ravel(), grid_y.ravel()], axis=1)
+
+    table = _box_sums(tissue)
+    rows, cols = tissue.shape
+    c0 = np.clip(np.round(coords[:, 0] / mask_ds).astype(np.int64), 0, cols)
+    r0 = np.clip(np.round(coords[:, 1] / mask_ds).astype(np.int64), 0, rows)
+    c1 = np.clip(np.round((coords[:, 0] + size0) / mask_ds).astype(np.int64), 0, cols)
+    r1 = np.clip(np.round((coords[:, 1] + size0) / mask_ds).astype(np.int64), 0, rows)
+    inside = table[r1, c1] - table[r0, c1] - table[r1, c0] + table[r0, c0]
+    area = max(size0 / mask_ds, 1e-9) ** 2
+    fraction = np.clip(inside / area, 0.0, 1.0).astype(np.float32)
+    keep = fraction >= min_tissue
+    return PatchGrid(
+        coords=coords[keep].astype(np.int64),
+        patch_size=int(patch_size),
+        patch_size_level0=size0,
+        level=level,
+        read_size=read_size,
+        target_mpp=grid_mpp,
+        tissue_fraction=fraction[keep],
+        stride_level0=stride0,
+        slide_mpp=slide_mpp,
+        mpp_missing=slide_mpp is None,
+        mask=tissue,
+        mask_downsample=float(mask_ds),
+    )
