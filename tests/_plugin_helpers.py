@@ -38,9 +38,13 @@ def tiny_topk_folder(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def medvl_cache(tmp_path_factory):
-    """One MEDVL_CACHE for the plugin tests, so the demo model is fitted once per session."""
-    folder = tmp_path_factory.mktemp("medvl-cache")
+def medvl_cache(request):
+    """MEDVL_CACHE in pytest's own cache folder, so the demo model is fitted once, not per run.
+
+    Only deterministic, versioned artefacts land there (the fitted demo model); feature
+    stores of the tests go to their tmp_path.
+    """
+    folder = request.config.cache.mkdir("medvl-cache")
     previous = os.environ.get("MEDVL_CACHE")
     os.environ["MEDVL_CACHE"] = str(folder)
     yield folder

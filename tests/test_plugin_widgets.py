@@ -119,3 +119,41 @@ def test_incomplete_input_is_reported_before_any_work(make_napari_viewer):
     before = len(notification_manager.records)
     assert widget.run() is None
     assert "No slide layer" in notification_manager.records[before].message
+
+
+def test_heatmap_is_visible_over_the_tumor_in_a_screenshot(
+    make_napari_viewer,
+    qtbot,
+    tmp_path,
+    medvl_cache,  # noqa: F811
+    small_slide,  # noqa: F811
+):
+    viewer = make_napari_viewer(show=True)
+    _open_slide(viewer, small_slide.path)
+    viewer.reset_view()
+    plain = viewer.screenshot(canvas_only=True, flash=False)
+
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+    widget.top_n.value = 0
+    _run_and_wait(qtbot, widget)
+    heat = viewer.layers["heatmap: tumor"]
+    heat.opacity = 0.6
+    viewer.reset_view()
+    overlaid = viewer.screenshot(canvas_only=True, flash=False)
+    assert overlaid.shape == plain.shape
+
+    # the hottest cell that is tumor in the ground truth, as a canvas pixel
+    grid = np.nan_to_num(heat.data, nan=-np.inf)
+    row, col = np.unravel_index(np.argmax(grid), grid.shape)
+    d = small_slide.label_downsample
+    labels = small_slide.label_map[
+        row * 224 // d : (row + 1) * 224 // d, col * 224 // d : (col + 1) * 224 // d
+    ]
+    assert np.mean(labels == 1) > 0.5
+    world = np.asarray(heat.translate) + np.array([row, col]) * np.asarray(heat.scale)
+    centre = np.asarray(viewer.camera.center[-2:])
+    canvas = np.array(plain.shape[:2]) / 2.0
+    y, x = np.round((world - centre) * viewer.camera.zoom + canvas).astype(int)
+    patch_plain = plain[y - 3 : y + 4, x - 3 : x + 4, :3].astype(float).mean(axis=(0, 1))
+    patch_over = overlaid[y - 3 : y + 4, x - 3 : x + 4, :3].astype(float).mean(axis=(0, 1))
+    assert np.abs(patch_over - patch_plain).max() > 40, (patch_plain, patch_over)
