@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 from napari.utils.notifications import notification_manager
 
-from _plugin_helpers import mammo_case, tiny_topk  # noqa: F401  (fixtures)
+import _plugin_helpers as helpers
 from napari_medvl._layers import MAMMOGRAM_GAP_PX
 from napari_medvl._topk_widget import TopKWidget
 
 pytestmark = pytest.mark.gui
+mammo_case = helpers.mammo_case  # fixture
+tiny_topk = helpers.tiny_topk  # fixture
 
 
 def _open_views(viewer, case):
@@ -23,7 +25,7 @@ def _open_views(viewer, case):
 
 def test_views_opened_one_after_the_other_sit_side_by_side(
     make_napari_viewer,
-    mammo_case,  # noqa: F811
+    mammo_case,
 ):
     viewer = make_napari_viewer()
     cc, mlo = _open_views(viewer, mammo_case)
@@ -36,8 +38,8 @@ def test_views_opened_one_after_the_other_sit_side_by_side(
 def test_topk_widget_draws_engine_boxes_on_their_source_views(
     make_napari_viewer,
     qtbot,
-    mammo_case,  # noqa: F811
-    tiny_topk,  # noqa: F811
+    mammo_case,
+    tiny_topk,
 ):
     viewer = make_napari_viewer()
     cc, mlo = _open_views(viewer, mammo_case)

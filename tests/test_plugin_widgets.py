@@ -6,13 +6,15 @@ import time
 
 import numpy as np
 import pytest
-from _plugin_helpers import medvl_cache, small_slide  # noqa: F401  (fixtures)
 from napari.utils.notifications import notification_manager
 
+import _plugin_helpers as helpers
 from napari_medvl._heatmap_job import FeatureCache
 from napari_medvl._heatmap_widget import HeatmapWidget
 
 pytestmark = pytest.mark.gui
+medvl_cache = helpers.medvl_cache  # fixture
+small_slide = helpers.small_slide  # fixture
 WORKER_TIMEOUT_MS = 120_000
 
 
@@ -36,7 +38,7 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     qtbot,
     tmp_path,
     medvl_cache,
-    small_slide,  # noqa: F811
+    small_slide,
 ):
     viewer = make_napari_viewer()
     slide_layer = _open_slide(viewer, small_slide.path)
@@ -78,7 +80,7 @@ def test_cancel_stops_the_job_without_adding_layers(
     qtbot,
     tmp_path,
     medvl_cache,
-    small_slide,  # noqa: F811
+    small_slide,
 ):
     viewer = make_napari_viewer()
     _open_slide(viewer, small_slide.path)
@@ -97,7 +99,7 @@ def test_unknown_model_gives_a_notification_not_an_exception(
     make_napari_viewer,
     qtbot,
     tmp_path,
-    small_slide,  # noqa: F811
+    small_slide,
 ):
     viewer = make_napari_viewer()
     _open_slide(viewer, small_slide.path)
@@ -125,8 +127,8 @@ def test_heatmap_is_visible_over_the_tumor_in_a_screenshot(
     make_napari_viewer,
     qtbot,
     tmp_path,
-    medvl_cache,  # noqa: F811
-    small_slide,  # noqa: F811
+    medvl_cache,
+    small_slide,
 ):
     viewer = make_napari_viewer(show=True)
     _open_slide(viewer, small_slide.path)
