@@ -27,10 +27,12 @@ from medvl_engine.synthetic import (
 
 
 def _features(patch: np.ndarray) -> np.ndarray:
-    """Mean RGB, grey-level std and dark-pixel fraction: a deliberately simple descriptor."""
-    grey = patch.mean(axis=2)
+    """Mean RGB, saturation, grey std and dark-pixel fraction: a deliberately simple descriptor."""
+    pixels = patch.reshape(-1, 3).astype(np.float64)
+    saturation = (pixels.max(1) - pixels.min(1)) / np.maximum(pixels.max(1), 1.0)
+    grey = pixels.mean(axis=1)
     return np.concatenate(
-        [patch.reshape(-1, 3).mean(0) / 255.0, [grey.std() / 64.0, (grey < 120).mean()]]
+        [pixels.mean(0) / 255.0, [saturation.mean(), grey.std() / 64.0, (grey < 120).mean()]]
     )
 
 

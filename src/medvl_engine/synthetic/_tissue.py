@@ -244,8 +244,8 @@ def _adipose(rng, shape, mpp):
 
 def _necrosis(rng, shape, mpp):
     blotch = _smooth_noise(rng, shape, _px(6.0, mpp))
-    c_e = 0.26 + 0.08 * blotch + 0.04 * _smooth_noise(rng, shape, 1.0)
-    c_n = 0.10 + 0.05 * _smooth_noise(rng, shape, _px(10.0, mpp))
+    c_e = 0.22 + 0.07 * blotch + 0.04 * _smooth_noise(rng, shape, 1.0)
+    c_n = 0.15 + 0.05 * _smooth_noise(rng, shape, _px(10.0, mpp))
     debris = np.zeros(shape, np.float32)
     centres = _uniform_points(rng, shape, 1.0 / _px(7.0, mpp) ** 2)
     radii = rng.integers(1, max(int(_px(1.2, mpp)), 1) + 1, len(centres))
