@@ -120,3 +120,77 @@ def write_dicom(path: Path, pixels: np.ndarray | None, **attributes) -> Path:
         setattr(dataset, keyword, value)
     dataset.save_as(path, enforce_file_format=True)
     return path
+
+
+def write_sm_dicom(
+    path: Path,
+    image: np.ndarray,
+    *,
+    tile: int,
+    series_uid: str,
+    flavour: str = "VOLUME",
+    sparse: bool = False,
+    mpp: float = 0.25,
+) -> Path:
+    """A DICOM VL Whole Slide Microscopy instance, uncompressed RGB tiles (TILED_FULL or SPARSE).
+
+    ``image`` [H, W, 3] uint8; edge tiles are padded with black. Sparse instances list
+    their tiles in reverse order with per-frame positions, so frame order != tile order.
+    """
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+    height, width = image.shape[:2]
+    rows, cols = -(-height // tile), -(-width // tile)
+    padded = np.zeros((rows * tile, cols * tile, 3), np.uint8)
+    padded[:height, :width] = image
+    order = [(r, c) for r in range(rows) for c in range(cols)]
+    if sparse:
+        order = order[::-1]
+    frames = [padded[r * tile : (r + 1) * tile, c * tile : (c + 1) * tile] for r, c in order]
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.77.1.6"
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = meta.MediaStorageSOPClassUID
+    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+    ds.SeriesInstanceUID = series_uid
+    ds.Modality = "SM"
+    ds.PatientName = "Roe^Richard"
+    ds.ContainerIdentifier = "SLIDE-77"
+    ds.ImageType = ["DERIVED", "PRIMARY", flavour, "NONE"]
+    ds.Rows = ds.Columns = tile
+    ds.TotalPixelMatrixRows, ds.TotalPixelMatrixColumns = height, width
+    ds.NumberOfFrames = len(frames)
+    ds.DimensionOrganizationType = "TILED_SPARSE" if sparse else "TILED_FULL"
+    ds.SamplesPerPixel = 3
+    ds.PhotometricInterpretation = "RGB"
+    ds.PlanarConfiguration = 0
+    ds.BitsAllocated = ds.BitsStored = 8
+    ds.HighBit = 7
+    ds.PixelRepresentation = 0
+    measures = Dataset()
+    measures.PixelSpacing = [mpp / 1000, mpp / 1000]
+    shared = Dataset()
+    shared.PixelMeasuresSequence = Sequence([measures])
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    optical = Dataset()
+    optical.ObjectiveLensPower = 40
+    ds.OpticalPathSequence = Sequence([optical])
+    if sparse:
+        groups = []
+        for r, c in order:
+            position = Dataset()
+            position.RowPositionInTotalImagePixelMatrix = r * tile + 1
+            position.ColumnPositionInTotalImagePixelMatrix = c * tile + 1
+            group = Dataset()
+            group.PlanePositionSlideSequence = Sequence([position])
+            groups.append(group)
+        ds.PerFrameFunctionalGroupsSequence = Sequence(groups)
+    ds.PixelData = np.ascontiguousarray(np.stack(frames)).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+    return path

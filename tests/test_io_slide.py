@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pydicom
 import pytest
 import tifffile
 from PIL import Image
 
-from _io_helpers import coordinate_image, pyramid, write_pyramid_tiff, write_svs
+from _io_helpers import coordinate_image, pyramid, write_pyramid_tiff, write_sm_dicom, write_svs
 from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
 from medvl_engine.io import open_slide
 
@@ -247,3 +248,67 @@ def test_missing_empty_and_unknown_files(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(UnsupportedFormatError, match="notes.txt: not a slide format"):
         open_slide(tmp_path / "notes.txt")
+
+
+def _assembled_frames(path):
+    dataset = pydicom.dcmread(path)
+    frames = dataset.pixel_array.reshape(-1, dataset.Rows, dataset.Columns, 3)
+    across = -(-dataset.TotalPixelMatrixColumns // dataset.Columns)
+    down = -(-dataset.TotalPixelMatrixRows // dataset.Rows)
+    grid = frames[: across * down].reshape(down, across, dataset.Rows, dataset.Columns, 3)
+    whole = grid.transpose(0, 2, 1, 3, 4).reshape(down * dataset.Rows, across * dataset.Columns, 3)
+    return whole[: dataset.TotalPixelMatrixRows, : dataset.TotalPixelMatrixColumns]
+
+
+@pytest.mark.parametrize(
+    ("relative", "dims", "power", "tolerance"),
+    [("dicom/sm_image.dcm", (50, 50), None, 0), ("dicom/boxes_0.dcm", (16, 16), 20.0, 2)],
+)
+def test_sample_dicom_wsi(sample_file, relative, dims, power, tolerance):
+    path = sample_file(relative)
+    with open_slide(path) as slide:
+        assert slide.vendor == "dicom"
+        assert slide.level_dimensions == [dims]
+        assert slide.mpp == pytest.approx((0.499, 0.499))
+        assert slide.objective_power == power
+        pixels = np.asarray(slide.levels[0]).astype(int)
+        # pydicom (pylibjpeg) and imagecodecs may round JPEG colours one step apart
+        assert np.abs(pixels - _assembled_frames(path)).max() <= tolerance
+        assert "Patient" not in repr(slide.properties)
+
+
+def test_sample_dicom_wsi_thumbnail_instance_of_the_series(sample_file):
+    with open_slide(sample_file("dicom/boxes_0.dcm")) as slide:
+        assert set(slide.associated_images) == {"thumbnail"}  # from boxes_1.dcm beside it
+        assert slide.associated_images["thumbnail"].shape == (16, 16, 3)
+
+
+def test_dicom_wsi_folder_with_levels_sparse_tiles_and_label(tmp_path):
+    from pydicom.uid import generate_uid
+
+    image = coordinate_image(300, 420)
+    series = generate_uid()
+    write_sm_dicom(tmp_path / "l0.dcm", image, tile=64, series_uid=series)
+    write_sm_dicom(tmp_path / "l1.dcm", image[::2, ::2], tile=64, series_uid=series, sparse=True)
+    write_sm_dicom(
+        tmp_path / "lab.dcm", image[:40, :60], tile=64, series_uid=series, flavour="LABEL"
+    )
+    with open_slide(tmp_path) as slide:
+        assert slide.level_dimensions == [(420, 300), (210, 150)]
+        assert slide.mpp == pytest.approx((0.25, 0.25))
+        assert slide.objective_power == 40.0
+        assert np.array_equal(np.asarray(slide.levels[0]), image)
+        assert np.array_equal(np.asarray(slide.levels[1]), image[::2, ::2])
+        assert np.array_equal(
+            slide.read_region((100, 60), 1, (30, 20)), image[::2, ::2][30:50, 50:80]
+        )
+        assert np.array_equal(slide.associated_images["label"], image[:40, :60])
+        assert slide.private_properties["dicom.PatientName"] == "Roe^Richard"
+        assert "Roe" not in repr(slide.properties) and "SLIDE-77" not in repr(slide.properties)
+    with open_slide(tmp_path / "l1.dcm") as slide:  # one file finds the rest of its series
+        assert slide.level_dimensions == [(420, 300), (210, 150)]
+
+
+def test_dicom_that_is_not_a_slide(sample_file):
+    with pytest.raises(UnsupportedFormatError, match=r"^dx_image\.dcm: is a DICOM DX image"):
+        open_slide(sample_file("dicom/dx_image.dcm"))

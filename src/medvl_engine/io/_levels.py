@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Protocol
 
 import dask.array as da
@@ -22,6 +23,7 @@ import numpy as np
 from medvl_engine.errors import CorruptFileError, MedVLError
 
 __all__ = [
+    "LazyImages",
     "PixelSource",
     "as_dask_level",
     "chunk_grid",
@@ -180,3 +182,33 @@ def as_dask_level(source: PixelSource, tile_hw: Sequence[int], name: str) -> da.
         asarray=False,
         meta=np.empty((0, 0, 3), dtype=np.uint8),
     )
+
+
+class LazyImages(Mapping):
+    """Associated images (label, macro, thumbnail) decoded on first access, [h, w, 3] uint8."""
+
+    def __init__(self, path: Path, loaders: Mapping[str, Callable[[], Any]]) -> None:
+        self.path = path
+        self._loaders = dict(loaders)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._cache:
+            try:
+                image = np.asarray(self._loaders[key]())
+            except KeyError:
+                raise
+            except Exception as error:
+                raise CorruptFileError(
+                    f"{self.path.name}: the associated image {key!r} could not be decoded "
+                    f"({error}); the file is damaged, re-copy or re-export it.",
+                    self.path,
+                ) from error
+            self._cache[key] = to_rgb(image)
+        return self._cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)

@@ -12,14 +12,20 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
-from medvl_engine.io._levels import decode_pool, decode_workers, to_rgb, wrap_decode_errors
+from medvl_engine.io._levels import (
+    LazyImages,
+    decode_pool,
+    decode_workers,
+    to_rgb,
+    wrap_decode_errors,
+)
 
 __all__ = ["TiffSlideParts", "open_tiff_slide"]
 
@@ -139,36 +145,6 @@ class _ZarrLevelSource:
         else:
             window = np.asarray(self.array[y0:y1, x0:x1])
         return to_rgb(np.ascontiguousarray(window))
-
-
-class _LazyAssociated(Mapping):
-    """Associated images (label, macro, thumbnail) decoded on first access, [h, w, 3] uint8."""
-
-    def __init__(self, path: Path, loaders: Mapping[str, Callable[[], Any]]) -> None:
-        self.path = path
-        self._loaders = dict(loaders)
-        self._cache: dict[str, np.ndarray] = {}
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if key not in self._cache:
-            try:
-                image = np.asarray(self._loaders[key]())
-            except KeyError:
-                raise
-            except Exception as error:
-                raise CorruptFileError(
-                    f"{self.path.name}: the associated image {key!r} could not be decoded "
-                    f"({error}); the file is damaged, re-copy or re-export it.",
-                    self.path,
-                ) from error
-            self._cache[key] = to_rgb(image)
-        return self._cache[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._loaders)
-
-    def __len__(self) -> int:
-        return len(self._loaders)
 
 
 class TiffSlideParts:
@@ -371,6 +347,6 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
         names = list(slide.associated_images.keys())
     except Exception:
         names = []
-    parts.associated = _LazyAssociated(
+    parts.associated = LazyImages(
         path, {name: (lambda name=name: slide.associated_images[name]) for name in names}
     )

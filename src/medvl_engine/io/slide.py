@@ -230,11 +230,9 @@ def open_slide(path: str | os.PathLike) -> Slide:
     if kind in ("png", "jpeg"):
         return _open_plain(path)
     if kind in ("dicom", "folder"):
-        raise UnsupportedFormatError(
-            f"{path.name}: DICOM whole-slide images are not read by this version; "
-            "convert the slide to a pyramidal TIFF.",
-            path,
-        )
+        from medvl_engine.io._dicom_wsi import open_dicom_slide
+
+        return open_dicom_slide(path)
     if path.stat().st_size == 0:
         raise CorruptFileError(f"{path.name}: the file is empty; re-copy it.", path)
     if path.suffix.lower() in _TIFF_SUFFIXES:

@@ -1,0 +1,194 @@
+"""`medvl info PATH...`: what the engine knows of each slide or mammogram."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "describe slides and mammograms (levels, mpp, laterality, view, VOI, ...)"
+
+MAMMOGRAM_MODALITIES = ("MG", "DX", "CR", "RG", "OT", "XC")
+"""DICOM modalities read as mammograms: digital and computed radiography, radiographic film
+scans (RG, as tagged by some digitised film mammograms) and secondary captures."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="slide or mammogram files")
+    parser.add_argument("--json", action="store_true", help="print one JSON list instead of text")
+    parser.add_argument(
+        "--kind",
+        choices=("auto", "slide", "mammogram"),
+        default="auto",
+        help="how to read the files (auto: DICOM by modality, else colour = slide, "
+        "grayscale = mammogram)",
+    )
+    parser.add_argument(
+        "--show-phi",
+        action="store_true",
+        help="also print patient-identifying fields (names, IDs, birth date, accession number)",
+    )
+
+
+def detect_kind(path: Path) -> str:
+    """'slide' or 'mammogram' for ``path``: DICOM by Modality, other images by colour."""
+    from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
+    from medvl_engine.io.slide import sniff_kind
+
+    if not path.exists():
+        return "slide"  # open_slide reports the missing file
+    kind = sniff_kind(path)
+    if kind == "folder":
+        return "slide"
+    if kind == "dicom":
+        import pydicom
+
+        try:
+            header = pydicom.dcmread(path, stop_before_pixels=True)
+        except Exception as error:
+            raise CorruptFileError(
+                f"{path.name}: the DICOM header could not be read ({error}); the file is "
+                "damaged or not DICOM, re-copy or re-export it.",
+                path,
+            ) from error
+        modality = str(header.get("Modality", "")).strip().upper()
+        if modality == "SM":
+            return "slide"
+        if modality in MAMMOGRAM_MODALITIES:
+            return "mammogram"
+        raise UnsupportedFormatError(
+            f"{path.name}: DICOM modality {modality or 'unknown'} is neither a slide (SM) nor "
+            "a mammogram (MG, DX, CR, RG); give --kind to force one.",
+            path,
+        )
+    if kind == "tiff":
+        return "mammogram" if _tiff_is_grayscale(path) else "slide"
+    if kind in ("png", "jpeg"):
+        from PIL import Image
+
+        try:
+            with Image.open(path) as image:
+                return "mammogram" if image.mode in ("1", "L", "I", "I;16", "F") else "slide"
+        except Exception:
+            return "slide"  # open_slide gives the sentence
+    return "slide"
+
+
+def _tiff_is_grayscale(path: Path) -> bool:
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            page = tif.pages.first
+            return int(page.samplesperpixel) == 1 and int(page.photometric) in (0, 1)
+    except Exception:
+        return False  # open_slide gives the sentence
+
+
+def describe_slide(path: Path, show_phi: bool) -> dict[str, Any]:
+    from medvl_engine.io.slide import open_slide
+
+    with open_slide(path) as slide:
+        # decode one corner of the coarsest level, so damaged tile data is reported here
+        coarsest = slide.level_count - 1
+        width, height = slide.level_dimensions[coarsest]
+        slide.read_region((0, 0), coarsest, (min(width, 256), min(height, 256)))
+        info: dict[str, Any] = {
+            "path": str(path),
+            "kind": "slide",
+            "vendor": slide.vendor,
+            "dimensions": list(slide.dimensions),
+            "mpp": list(slide.mpp) if slide.mpp else None,
+            "objective_power": slide.objective_power,
+            "levels": [
+                {
+                    "dimensions": list(dims),
+                    "downsample": round(down, 4),
+                    "chunk": list(level.chunksize[:2]),
+                }
+                for dims, down, level in zip(
+                    slide.level_dimensions, slide.level_downsamples, slide.levels, strict=True
+                )
+            ],
+            "associated_images": sorted(slide.associated_images),
+            "properties": _plain(slide.properties),
+        }
+        if show_phi:
+            info["patient_data"] = _plain(slide.private_properties)
+    return info
+
+
+def describe_mammogram(path: Path, show_phi: bool) -> dict[str, Any]:
+    from medvl_engine.io.mammo import open_mammogram
+
+    mammogram = open_mammogram(path)
+    info: dict[str, Any] = {
+        "path": str(path),
+        "kind": "mammogram",
+        "shape": list(mammogram.shape),
+        "laterality": mammogram.laterality,
+        "view": mammogram.view,
+        "pixel_spacing_mm": list(mammogram.pixel_spacing) if mammogram.pixel_spacing else None,
+        "modality": mammogram.modality,
+        "photometric": mammogram.photometric,
+        "presentation_intent": mammogram.presentation_intent,
+        "voi": mammogram.voi,
+        "voi_choices": mammogram.voi_choices,
+        "properties": _plain(mammogram.properties),
+    }
+    if show_phi:
+        info["patient_data"] = _plain(mammogram.private_properties)
+    return info
+
+
+def _plain(values: dict) -> dict:
+    return {
+        str(k): v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
+        for k, v in values.items()
+    }
+
+
+def _format_text(info: dict[str, Any]) -> str:
+    lines = [f"{info['path']}"]
+    for key, value in info.items():
+        if key in ("path", "properties", "patient_data", "levels"):
+            continue
+        lines.append(f"  {key}: {value}")
+    for index, level in enumerate(info.get("levels", [])):
+        width, height = level["dimensions"]
+        lines.append(
+            f"  level {index}: {width} x {height} px, downsample {level['downsample']:g}, "
+            f"chunk {level['chunk'][1]} x {level['chunk'][0]}"
+        )
+    for title in ("properties", "patient_data"):
+        if info.get(title):
+            lines.append(f"  {title}:")
+            for key, value in info[title].items():
+                text = str(value).replace("\r", " ").replace("\n", " ")
+                lines.append(f"    {key}: {text[:200]}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from medvl_engine.errors import MedVLError
+
+    status = 0
+    described = []
+    for raw in args.paths:
+        path = Path(raw)
+        try:
+            kind = args.kind if args.kind != "auto" else detect_kind(path)
+            describe = describe_slide if kind == "slide" else describe_mammogram
+            info = describe(path, args.show_phi)
+        except MedVLError as error:
+            print(f"medvl: error: {error}", file=sys.stderr)
+            status = 2
+            continue
+        described.append(info)
+        if not args.json:
+            print(_format_text(info))
+    if args.json:
+        print(json.dumps(described, indent=2))
+    return status
