@@ -1,0 +1,131 @@
+"""PNG/JPEG composites: the slide at low resolution, the heatmap blended on top, boxes, and a
+colour-bar legend, drawn with PIL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medvl_engine._atomic import atomic_write
+from medvl_engine._colormap import apply_colormap
+
+__all__ = ["composite_image", "sample_grid", "write_image"]
+
+_LEGEND_WIDTH = 110
+
+
+def sample_grid(
+    grid: np.ndarray,
+    origin_level0: tuple[float, float],
+    cell_size_level0: float,
+    shape: tuple[int, int],
+    level0_per_px: tuple[float, float],
+) -> np.ndarray:
+    """Nearest-cell values of ``grid`` for an image [h, w] covering the slide from (0, 0).
+
+    Output pixel (r, c) has its centre at level-0 (x, y) = ((c + 0.5) * sx, (r + 0.5) * sy)
+    with (sx, sy) = ``level0_per_px``; outside the grid the value is NaN.
+    """
+    height, width = shape
+    x = (np.arange(width) + 0.5) * level0_per_px[0]
+    y = (np.arange(height) + 0.5) * level0_per_px[1]
+    cols = np.floor((x - origin_level0[0]) / cell_size_level0).astype(np.int64)
+    rows = np.floor((y - origin_level0[1]) / cell_size_level0).astype(np.int64)
+    valid_c = (cols >= 0) & (cols < grid.shape[1])
+    valid_r = (rows >= 0) & (rows < grid.shape[0])
+    out = np.full(shape, np.nan, dtype=np.float32)
+    sub = grid[np.ix_(rows[valid_r], cols[valid_c])]
+    out[np.ix_(np.flatnonzero(valid_r), np.flatnonzero(valid_c))] = sub
+    return out
+
+
+def composite_image(
+    slide: Any,
+    heatmap: Any,
+    *,
+    max_size: int = 2048,
+    alpha: float = 0.5,
+    colormap: str = "jet",
+    boxes: np.ndarray | None = None,
+    legend: bool = True,
+    title: str | None = None,
+) -> np.ndarray:
+    """The slide's thumbnail (longest side <= ``max_size``) with the heatmap blended, uint8 RGB.
+
+    Heatmap values are coloured over ``heatmap.value_range``; NaN cells leave the slide
+    visible. ``boxes`` [N, 4] (x0, y0, x1, y1) level-0 px are outlined and numbered by rank.
+    With ``legend`` a colour bar with the range and the prompt is added on the right.
+    """
+    from PIL import Image, ImageDraw
+
+    base = np.ascontiguousarray(np.asarray(slide.thumbnail(max_size))[..., :3])
+    height, width = base.shape[:2]
+    width0, height0 = slide.dimensions
+    per_px = (width0 / width, height0 / height)
+    values = sample_grid(
+        np.asarray(heatmap.grid, np.float32),
+        heatmap.origin_level0,
+        heatmap.cell_size_level0,
+        (height, width),
+        per_px,
+    )
+    low, high = heatmap.value_range
+    span = high - low if high > low else 1.0
+    colours = apply_colormap((values - low) / span, colormap).astype(np.float32)
+    shown = np.isfinite(values)[..., None]
+    blended = np.where(shown, (1 - alpha) * base + alpha * colours, base)
+    image = Image.fromarray(np.clip(blended + 0.5, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    if boxes is not None:
+        line = max(2, round(max(width, height) / 600))
+        for rank, (x0, y0, x1, y1) in enumerate(np.asarray(boxes, np.float64).reshape(-1, 4), 1):
+            rect = [x0 / per_px[0], y0 / per_px[1], x1 / per_px[0], y1 / per_px[1]]
+            draw.rectangle(rect, outline=(255, 220, 0), width=line)
+            draw.text((rect[0] + line + 1, rect[1] + line), str(rank), fill=(255, 220, 0))
+    if legend:
+        image = _with_legend(image, (low, high), colormap, title or heatmap.prompt)
+    return np.asarray(image)
+
+
+def _with_legend(image, value_range: Sequence[float], colormap: str, title: str):
+    """Add a white strip on the right holding a vertical colour bar, tick labels and a title."""
+    from PIL import Image, ImageDraw
+
+    width, height = image.size
+    canvas = Image.new("RGB", (width + _LEGEND_WIDTH, max(height, 160)), (255, 255, 255))
+    canvas.paste(image, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    top, bottom = 28, max(height, 160) - 16
+    bar_x0, bar_x1 = width + 14, width + 38
+    ramp = np.linspace(1.0, 0.0, bottom - top, dtype=np.float32)
+    bar = np.repeat(apply_colormap(ramp, colormap)[:, None, :], bar_x1 - bar_x0, axis=1)
+    canvas.paste(Image.fromarray(bar), (bar_x0, top))
+    draw.rectangle([bar_x0, top, bar_x1 - 1, bottom - 1], outline=(0, 0, 0))
+    low, high = float(value_range[0]), float(value_range[1])
+    for fraction in (0.0, 0.25, 0.5, 0.75, 1.0):
+        y = bottom - 1 - fraction * (bottom - top - 1)
+        draw.line([bar_x1, y, bar_x1 + 5, y], fill=(0, 0, 0))
+        draw.text((bar_x1 + 8, y - 6), f"{low + fraction * (high - low):.3g}", fill=(0, 0, 0))
+    label = title if len(title) <= 16 else title[:15] + "…"
+    draw.text((width + 8, 8), label, fill=(0, 0, 0))
+    return canvas
+
+
+def write_image(path: str | Path, rgb: np.ndarray, quality: int = 90) -> Path:
+    """Write uint8 RGB [H, W, 3] as PNG or JPEG (by suffix), atomically."""
+    from PIL import Image
+
+    path = Path(path)
+    image = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
+    is_jpeg = path.suffix.lower() in (".jpg", ".jpeg")
+
+    def write(temporary: Path) -> None:
+        if is_jpeg:
+            image.save(temporary, format="JPEG", quality=quality)
+        else:
+            image.save(temporary, format="PNG")
+
+    return atomic_write(path, write)

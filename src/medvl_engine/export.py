@@ -1,0 +1,128 @@
+"""Exports of heatmaps and boxes: QuPath GeoJSON, PNG/JPEG composites, pyramidal TIFF, .npz, CSV.
+
+All coordinates are level-0 px with the origin at the slide's top-left (QuPath's convention).
+Every file is written to a temporary file in the same folder and renamed, so a failure never
+leaves a partial file. :func:`export_heatmap` picks the format from the file suffix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from medvl_engine._export_geojson import (
+    boxes_geojson,
+    heatmap_contours_geojson,
+    heatmap_tiles_geojson,
+    write_geojson,
+)
+from medvl_engine._export_image import composite_image, write_image
+from medvl_engine._export_tables import write_boxes_csv, write_npz, write_patches_csv
+from medvl_engine._export_tiff import write_heatmap_tiff
+from medvl_engine.errors import ExportError
+from medvl_engine.features import FeatureStore
+from medvl_engine.heatmap import Heatmap
+
+__all__ = [
+    "EXPORT_SUFFIXES",
+    "boxes_geojson",
+    "composite_image",
+    "export_heatmap",
+    "heatmap_contours_geojson",
+    "heatmap_tiles_geojson",
+    "write_boxes_csv",
+    "write_geojson",
+    "write_heatmap_tiff",
+    "write_image",
+    "write_npz",
+    "write_patches_csv",
+]
+
+EXPORT_SUFFIXES = (".geojson", ".json", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".npz", ".csv")
+
+
+def export_heatmap(
+    path: str | Path,
+    heatmap: Heatmap,
+    store: FeatureStore,
+    *,
+    slide: Any = None,
+    boxes: np.ndarray | None = None,
+    box_scores: np.ndarray | None = None,
+    geojson_style: str = "tiles",
+    contour_levels: list[float] | None = None,
+    max_size: int = 2048,
+    alpha: float = 0.5,
+    colormap: str = "jet",
+) -> Path:
+    """Write ``heatmap`` (and optional ``boxes`` [N, 4] level-0 px) to ``path`` by its suffix.
+
+    .geojson/.json: tiles (one square per patch) or iso-contours (``geojson_style``), plus
+    boxes; .png/.jpg: composite over ``slide`` (needed) with legend; .tif/.tiff: the coloured
+    heatmap as a pyramidal TIFF with the slide's mpp; .npz: scores, coords and transform;
+    .csv: one row per patch, or per box when ``boxes`` are given.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    prompt = heatmap.prompt
+    if suffix in (".geojson", ".json"):
+        if geojson_style == "tiles":
+            collection = heatmap_tiles_geojson(
+                store.coords,
+                store.patch_size_level0,
+                heatmap.scores,
+                prompt,
+                value_range=heatmap.value_range,
+                colormap=colormap,
+            )
+        elif geojson_style == "contours":
+            levels = contour_levels or [float(np.mean(heatmap.value_range))]
+            collection = heatmap_contours_geojson(
+                heatmap.grid,
+                heatmap.origin_level0,
+                heatmap.cell_size_level0,
+                prompt,
+                levels,
+                colormap=colormap,
+                value_range=heatmap.value_range,
+            )
+        else:
+            raise ExportError(
+                f"GeoJSON style '{geojson_style}' is unknown; use 'tiles' or 'contours'.", path
+            )
+        extra = [boxes_geojson(boxes, box_scores, prompt=prompt)] if boxes is not None else []
+        return write_geojson(path, collection, *extra)
+    if suffix in (".png", ".jpg", ".jpeg"):
+        if slide is None:
+            raise ExportError(
+                f"Cannot write {path.name}: a composite image needs the slide; pass the slide "
+                "(or choose .tiff for the heatmap alone).",
+                path,
+            )
+        rgb = composite_image(
+            slide, heatmap, max_size=max_size, alpha=alpha, colormap=colormap, boxes=boxes
+        )
+        return write_image(path, rgb)
+    if suffix in (".tif", ".tiff"):
+        return write_heatmap_tiff(
+            path,
+            heatmap,
+            slide_dimensions=store.slide_dimensions,
+            mpp=store.mpp,
+            colormap=colormap,
+        )
+    if suffix == ".npz":
+        return write_npz(path, heatmap, store.coords, store.patch_size_level0)
+    if suffix == ".csv":
+        if boxes is not None:
+            return write_boxes_csv(path, boxes, box_scores, prompt)
+        return write_patches_csv(
+            path, store.coords, store.patch_size_level0, heatmap.scores, prompt
+        )
+    raise ExportError(
+        f"Cannot export to {path.name}: unknown file type '{path.suffix}'; use one of "
+        f"{', '.join(EXPORT_SUFFIXES)}.",
+        path,
+    )
