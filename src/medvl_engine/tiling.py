@@ -50,8 +50,16 @@ def pen_mask(rgb: np.ndarray) -> np.ndarray:
     red, green, blue = (rgb[..., i].astype(np.int16) for i in range(3))
     blue_ink = (blue - red > 90) & (blue - green > 40)
     green_ink = (green - red > 30) & (green - blue > 10)
-    black_ink = rgb.max(axis=-1) < 60
+    black_ink = _channel_max(rgb) < 60
     return blue_ink | green_ink | black_ink
+
+
+def _channel_max(rgb: np.ndarray) -> np.ndarray:
+    return np.maximum(np.maximum(rgb[..., 0], rgb[..., 1]), rgb[..., 2])
+
+
+def _channel_min(rgb: np.ndarray) -> np.ndarray:
+    return np.minimum(np.minimum(rgb[..., 0], rgb[..., 1]), rgb[..., 2])
 
 
 def _otsu(values: np.ndarray, bins: int = 256) -> float:
@@ -123,9 +131,8 @@ def tissue_mask(
     downsample = width0 / rgb.shape[1]
     um_per_px = (_slide_mpp(slide) or _FALLBACK_MPP) * downsample
 
-    channels = rgb.astype(np.float32)
-    top = channels.max(axis=-1)
-    saturation = np.where(top > 0, (top - channels.min(axis=-1)) / np.maximum(top, 1.0), 0.0)
+    top, bottom = _channel_max(rgb), _channel_min(rgb)
+    saturation = (top - bottom).astype(np.float32) / np.maximum(top, 1).astype(np.float32)
     saturation = ndimage.gaussian_filter(saturation, 1.0)
     ink = pen_mask(rgb) if exclude_pen else np.zeros(rgb.shape[:2], bool)
     if ink.any():
@@ -135,19 +142,21 @@ def tissue_mask(
     # hysteresis: faint structure (fat membranes) counts when it touches clearly stained tissue
     weak = (saturation > max(threshold / 2.0, min_saturation)) & ~ink
     labels, count = ndimage.label(weak)
-    strong = np.unique(labels[(saturation > threshold) & weak])
-    mask = np.isin(labels, strong[strong > 0]) if count else weak
+    touches_strong = np.zeros(count + 1, bool)
+    touches_strong[labels[(saturation > threshold) & weak]] = True
+    touches_strong[0] = False
+    mask = touches_strong[labels]
 
     mask |= _closing(mask, close_um / um_per_px)
     holes = ndimage.binary_fill_holes(mask) & ~mask
     if holes.any():
         labels, count = ndimage.label(holes)
         sizes = ndimage.sum(holes, labels, np.arange(1, count + 1)) * um_per_px**2
-        mask |= np.isin(labels, np.flatnonzero(sizes <= max_hole_um2) + 1)
+        mask |= np.concatenate([[False], sizes <= max_hole_um2])[labels]
     labels, count = ndimage.label(mask)
     if count:
         sizes = ndimage.sum(mask, labels, np.arange(1, count + 1)) * um_per_px**2
-        mask = np.isin(labels, np.flatnonzero(sizes >= min_object_um2) + 1)
+        mask = np.concatenate([[False], sizes >= min_object_um2])[labels]
     return mask & ~ink, float(downsample)
 
 
