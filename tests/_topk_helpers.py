@@ -37,3 +37,36 @@ def tiny_config(**overrides) -> TopKSigLIPConfig:
 
 def tiny_model(tmp_path: Path, **overrides) -> TopKSigLIP:
     return build_topksiglip(tiny_config(**overrides), work_dir=tmp_path / "tokenizer")
+
+
+def make_brightness_scorer(model: TopKSigLIP) -> TopKSigLIP:
+    """Hand-set the scorer f_g so that log w grows with the local mean brightness.
+
+    Stem: channel 0 = mean of the 4x4 normalised pixels, channel 1 = constant 1, others 0; the
+    stem LayerNorm then turns channel 0 into an increasing function of brightness. Every residual
+    block is switched off (layer scale 0) and each downsampling keeps channel 0 as the 2x2 mean
+    with channel 1 = 1 again; the 1x1 head reads channel 0.
+    """
+    import torch
+
+    backbone = model.backbone
+    with torch.no_grad():
+        stem = backbone.embeddings.patch_embeddings
+        stem.weight.zero_()
+        stem.bias.zero_()
+        stem.weight[0].fill_(1.0 / stem.weight[0].numel())
+        stem.bias[1] = 1.0
+        for stage in backbone.encoder.stages:
+            for layer in stage.layers:
+                layer.layer_scale_parameter.zero_()
+            down = getattr(stage, "downsampling_layer", None)
+            convs = [m for m in (down or []) if isinstance(m, torch.nn.Conv2d)]
+            for conv in convs:
+                conv.weight.zero_()
+                conv.bias.zero_()
+                conv.weight[0, 0].fill_(1.0 / conv.weight[0, 0].numel())
+                conv.bias[1] = 1.0
+        model.scorer_head.weight.zero_()
+        model.scorer_head.weight[0, 0] = 1.0
+        model.scorer_head.bias.zero_()
+    return model

@@ -9,8 +9,11 @@ tabular attribute vector ``[15]`` and the parsed report.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +25,13 @@ from medvl_engine.data.mammo_reports import tabular_attributes
 from medvl_engine.errors import DataError, MedVLError
 from medvl_engine.models.topk import PatchGeometry, rasterize_boxes
 
-__all__ = ["BreastSample", "MammoDataset", "collate_breasts", "load_breast"]
+__all__ = [
+    "BreastSample",
+    "MammoDataset",
+    "collate_breasts",
+    "disk_cached_loader",
+    "load_breast",
+]
 
 
 @dataclass
@@ -69,6 +78,33 @@ def load_breast(record: MammoRecord, image_size: int) -> tuple[np.ndarray, np.nd
             record.cc_path,
         )
     return image, np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+
+
+def disk_cached_loader(
+    folder: str | Path,
+    loader: Callable[[MammoRecord, int], tuple[np.ndarray, np.ndarray]] = load_breast,
+) -> Callable[[MammoRecord, int], tuple[np.ndarray, np.ndarray]]:
+    """Wrap a breast loader so each (record, size) is decoded once and kept as ``.npz`` in folder.
+
+    The file name is derived from the exam id, laterality and size; it is written atomically.
+    """
+    folder = Path(folder)
+
+    def cached(record: MammoRecord, image_size: int) -> tuple[np.ndarray, np.ndarray]:
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in record.exam_id)
+        path = folder / f"{safe}_{record.laterality}_{image_size}.npz"
+        if path.is_file():
+            with np.load(path) as stored:
+                return stored["image"], stored["boxes"]
+        image, boxes = loader(record, image_size)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=folder)
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, image=image, boxes=boxes)
+        os.replace(tmp, path)
+        return image, boxes
+
+    return cached
 
 
 class MammoDataset:

@@ -12,7 +12,9 @@ demo, from a synthetic cohort written once into ``synthetic_dir``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from medvl_engine.data.mammo_augment import MammoAugmentConfig
-from medvl_engine.data.mammo_dataset import MammoDataset, collate_breasts
+from medvl_engine.data.mammo_dataset import (
+    MammoDataset,
+    collate_breasts,
+    disk_cached_loader,
+    load_breast,
+)
 from medvl_engine.data.mammo_manifest import MammoRecord, read_mammo_manifest
 from medvl_engine.data.mammo_reports import normalise_findings, parsed_report
 from medvl_engine.errors import ConfigError
@@ -50,7 +57,9 @@ __all__ = [
     "TopKSigLIPTaskConfig",
     "build_task",
     "report",
+    "shuffle_sentences",
     "soft_target_contrastive_loss",
+    "synthetic_records",
 ]
 
 
@@ -65,6 +74,8 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     synthetic_eval: int = 0  # held-out synthetic breasts for evaluate()
     synthetic_dir: str | None = None  # where the cohort is written; default <out_dir>/synthetic
     synthetic_seed: int = 0
+    synthetic_size: list[int] = dataclasses.field(default_factory=lambda: [1024, 640])  # rows, cols
+    report_shuffle: bool = False  # shuffle the sentence order of each report in training
     batch_size: int = 32
     augment: bool = True
     eval_k: int | None = None  # patches at evaluation (default k)
@@ -98,36 +109,70 @@ def soft_target_contrastive_loss(
     return (F.cross_entropy(logits, rows) + F.cross_entropy(logits.T, cols)) / 2.0
 
 
-def synthetic_records(folder: Path, count: int, seed: int, split: str) -> list[MammoRecord]:
-    """Write (once) and return ``count`` synthetic breasts (both views, DICOM) in ``folder``.
+def synthetic_records(
+    folder: Path, count: int, seed: int, split: str, size: tuple[int, int] = (1024, 640)
+) -> list[MammoRecord]:
+    """``count`` synthetic breasts (both views, DICOM) in ``folder``, written on first use.
 
     Case i uses seed ``seed * 100_003 + i`` and alternates laterality; labels, findings and ROI
-    boxes come from :func:`medvl_engine.synthetic.make_mammogram_case`.
+    boxes come from :func:`medvl_engine.synthetic.make_mammogram_case` (views of ``size`` =
+    (rows, cols)). Each case folder keeps a ``case.json`` so a later run reuses the files.
     """
     from medvl_engine.synthetic import make_mammogram_case
 
     records = []
     for i in range(count):
         case_dir = folder / f"case_{i:05d}"
-        case = make_mammogram_case(case_dir, seed=seed * 100_003 + i, laterality="LR"[i % 2])
-        boxes = {view: [list(map(float, b)) for b in items] for view, items in case.boxes.items()}
-        findings = normalise_findings(case.findings)
+        saved = case_dir / "case.json"
+        if saved.is_file():
+            values = json.loads(saved.read_text(encoding="utf-8"))
+        else:
+            case_dir.mkdir(parents=True, exist_ok=True)
+            case = make_mammogram_case(
+                case_dir, seed=seed * 100_003 + i, laterality="LR"[i % 2], size=tuple(size)
+            )
+            values = {
+                "exam_id": str(case.exam_id),
+                "laterality": case.laterality,
+                "cc_path": Path(case.cc_path).name,
+                "mlo_path": Path(case.mlo_path).name,
+                "birads": int(case.birads),
+                "density": str(case.density),
+                "cancer": bool(case.cancer),
+                "findings": list(case.findings),
+                "roi_boxes": {
+                    v: [list(map(float, b)) for b in items]
+                    for v, items in case.boxes.items()
+                    if items
+                },
+            }
+            saved.write_text(json.dumps(values), encoding="utf-8")
+        findings = normalise_findings(values["findings"])
         records.append(
             MammoRecord(
-                exam_id=str(case.exam_id),
-                laterality=case.laterality,
-                cc_path=Path(case.cc_path),
-                mlo_path=Path(case.mlo_path),
-                birads=int(case.birads),
-                density=str(case.density),
-                cancer=bool(case.cancer),
+                exam_id=values["exam_id"],
+                laterality=values["laterality"],
+                cc_path=case_dir / values["cc_path"],
+                mlo_path=case_dir / values["mlo_path"],
+                birads=values["birads"],
+                density=values["density"],
+                cancer=values["cancer"],
                 findings=findings,
-                report=parsed_report(findings, case.density, case.birads, case.cancer),
-                roi_boxes={v: b for v, b in boxes.items() if b},
+                report=parsed_report(
+                    findings, values["density"], values["birads"], values["cancer"]
+                ),
+                roi_boxes=values["roi_boxes"],
                 split=split,
             )
         )
     return records
+
+
+def shuffle_sentences(report: str, rng: random.Random) -> str:
+    """The report with its sentences (split after '.') in a random order."""
+    sentences = [part.strip() for part in report.replace(". ", ".\n").splitlines() if part.strip()]
+    rng.shuffle(sentences)
+    return " ".join(sentences)
 
 
 class TopKSigLIPTask:
@@ -143,9 +188,14 @@ class TopKSigLIPTask:
         self.geometry = config.geometry()
         train_records, eval_records = self._records()
         augment = MammoAugmentConfig() if config.augment else None
-        self.train_set = MammoDataset(train_records, self.geometry, augment, seed=config.seed)
+        loader = load_breast
+        if not config.manifest:  # synthetic: keep decoded breasts beside the cohort
+            loader = disk_cached_loader(self._synthetic_folder() / "breasts", load_breast)
+        self.train_set = MammoDataset(
+            train_records, self.geometry, augment, seed=config.seed, loader=loader
+        )
         self.eval_set = (
-            MammoDataset(eval_records, self.geometry, None, seed=config.seed)
+            MammoDataset(eval_records, self.geometry, None, seed=config.seed, loader=loader)
             if eval_records
             else None
         )
@@ -163,7 +213,7 @@ class TopKSigLIPTask:
                 "task.manifest is not set and task.synthetic_train is 0; give a manifest or a "
                 "number of synthetic breasts."
             )
-        folder = Path(config.synthetic_dir or self.out_dir / "synthetic")
+        folder = self._synthetic_folder()
         train = synthetic_records(
             folder / "train", config.synthetic_train, config.synthetic_seed, "train"
         )
@@ -171,6 +221,9 @@ class TopKSigLIPTask:
             folder / "eval", config.synthetic_eval, config.synthetic_seed + 1, "val"
         )
         return train, evaluation
+
+    def _synthetic_folder(self) -> Path:
+        return Path(self.config.synthetic_dir or self.out_dir / "synthetic")
 
     # -- task contract ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
@@ -195,7 +248,11 @@ class TopKSigLIPTask:
         for index in range(start, self.num_batches(epoch, rank, world_size)):
             chosen = order[index * size : (index + 1) * size]
             batch = collate_breasts([self.train_set.sample(i, epoch) for i in chosen])
-            tokens = self._tokenize(batch.pop("reports"))
+            reports = batch.pop("reports")
+            if self.config.report_shuffle:
+                rng = random.Random((self.config.seed * 1_000_003 + epoch) * 1_000_003 + index)
+                reports = [shuffle_sentences(r, rng) for r in reports]
+            tokens = self._tokenize(reports)
             batch.pop("boxes")
             batch.update(tokens)
             yield batch

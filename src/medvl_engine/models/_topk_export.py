@@ -1,0 +1,163 @@
+"""Files of a TopK-Patch result: GeoJSON (QuPath), CSV (+ importance .npy), PNG overlay.
+
+Boxes are written in each source view's own pixels, (x, y) with the origin at the top-left
+(QuPath's convention). All writers go through a temporary file in the target folder that is
+renamed when complete, so a failed export never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from medvl_engine.errors import ExportError
+from medvl_engine.models.topksiglip import TopKResult
+
+__all__ = ["render_topk_png", "topk_geojson", "write_topk_outputs"]
+
+VIEWS = ("CC", "MLO")
+
+
+def _atomic_write(path: Path, write: Callable[[io.IOBase], None], binary: bool) -> Path:
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as error:
+        raise ExportError(
+            f"cannot write {path} ({error.strerror}); check the folder.", path
+        ) from None
+    try:
+        mode = "wb" if binary else "w"
+        kwargs = {} if binary else {"encoding": "utf-8", "newline": ""}
+        with os.fdopen(fd, mode, **kwargs) as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _rows(result: TopKResult) -> list[tuple[str, int, float, np.ndarray]]:
+    rows = []
+    for view in VIEWS:
+        for rank, score, box in zip(
+            result.ranks[view], result.scores[view], result.boxes[view], strict=True
+        ):
+            rows.append((view, int(rank), float(score), np.asarray(box, dtype=np.float64)))
+    return sorted(rows, key=lambda r: r[1])
+
+
+def topk_geojson(result: TopKResult, sources: dict[str, Path]) -> dict:
+    """A GeoJSON FeatureCollection: one Polygon per patch in its view's source px."""
+    features = []
+    for view, rank, score, (x0, y0, x1, y1) in _rows(result):
+        ring = [[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]
+        features.append(
+            {
+                "type": "Feature",
+                "geometry": {
+                    "type": "Polygon",
+                    "coordinates": [[[float(a), float(b)] for a, b in ring]],
+                },
+                "properties": {
+                    "objectType": "annotation",
+                    "classification": {"name": "TopK patch"},
+                    "name": f"{view} #{rank}",
+                    "view": view,
+                    "image": str(sources.get(view, "")),
+                    "rank": rank,
+                    "score": score,
+                },
+            }
+        )
+    return {
+        "type": "FeatureCollection",
+        "features": features,
+        "medvl": {
+            "importance": np.asarray(result.importance, dtype=float).round(8).tolist(),
+            "importance_frame": "candidate grid [G, G] over the breast image (CC top, MLO bottom)",
+            "zero_shot": result.zero_shot,
+        },
+    }
+
+
+def render_topk_png(result: TopKResult, breast: np.ndarray, max_side: int = 1536) -> bytes:
+    """PNG bytes: the breast image in gray, the importance map in red, boxes with their ranks."""
+    from PIL import Image, ImageDraw
+
+    image = np.clip(np.asarray(breast, dtype=np.float32), 0.0, 1.0)
+    size = image.shape[0]
+    importance = np.asarray(result.importance, dtype=np.float32)
+    grid = importance.shape[0]
+    heat = importance / importance.max() if importance.max() > 0 else importance
+    cells = np.clip((np.arange(size) * grid) // size, 0, grid - 1)
+    heat_px = heat[np.ix_(cells, cells)]
+    gray = (image * 255).astype(np.uint8)
+    rgb = np.stack([gray, gray, gray], axis=-1).astype(np.float32)
+    alpha = 0.45 * heat_px[..., None]
+    rgb = rgb * (1 - alpha) + np.array([255.0, 40.0, 0.0]) * alpha
+    canvas = Image.fromarray(rgb.clip(0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(canvas)
+    draw.line([(0, size // 2), (size, size // 2)], fill=(80, 160, 255), width=max(size // 512, 1))
+    width = max(size // 384, 1)
+    for rank, (x0, y0, x1, y1) in enumerate(result.breast_boxes, start=1):
+        draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(255, 230, 0), width=width)
+        draw.text((x0 + 3, y0 + 2), str(rank), fill=(255, 230, 0))
+    if size > max_side:
+        canvas = canvas.resize((max_side, max_side))
+    buffer = io.BytesIO()
+    canvas.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def write_topk_outputs(
+    result: TopKResult, breast: np.ndarray, sources: dict[str, Path], outputs: Sequence[Path]
+) -> list[Path]:
+    """Write each output by its extension (.geojson, .csv + _importance.npy, .png); return paths."""
+    written = []
+    for path in outputs:
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix == ".geojson":
+            document = topk_geojson(result, sources)
+            written.append(
+                _atomic_write(path, lambda h, d=document: json.dump(d, h, indent=1), False)
+            )
+        elif suffix == ".csv":
+
+            def write_csv(handle) -> None:
+                writer = csv.writer(handle)
+                writer.writerow(["view", "rank", "score", "x0", "y0", "x1", "y1", "image"])
+                for view, rank, score, box in _rows(result):
+                    writer.writerow(
+                        [
+                            view,
+                            rank,
+                            f"{score:.6g}",
+                            *[f"{v:.2f}" for v in box],
+                            sources.get(view, ""),
+                        ]
+                    )
+
+            written.append(_atomic_write(path, write_csv, False))
+            npy = path.with_name(f"{path.stem}_importance.npy")
+            written.append(
+                _atomic_write(
+                    npy, lambda h: np.save(h, np.asarray(result.importance, np.float32)), True
+                )
+            )
+        elif suffix == ".png":
+            data = render_topk_png(result, breast)
+            written.append(_atomic_write(path, lambda h, d=data: h.write(d), True))
+        else:
+            raise ExportError(
+                f"output {path} has an unsupported extension; use .geojson, .csv or .png.", path
+            )
+    return written
