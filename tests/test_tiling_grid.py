@@ -11,7 +11,8 @@ from medvl_engine.io.slide import open_slide
 from medvl_engine.synthetic import TISSUE_CLASSES, make_synthetic_slide, render_tissue
 from medvl_engine.tiling import PatchGrid, patch_grid, pen_mask, tissue_mask
 
-SIZE = (2048, 1536)
+SIZE = (1536, 1024)
+MASK_PX = 768  # mask downsample 2 = the label map's
 
 
 def _iou(a: np.ndarray, b: np.ndarray, valid: np.ndarray | None = None) -> float:
@@ -37,7 +38,7 @@ def all_classes(folder):
 def test_mask_agrees_with_ground_truth(folder, seed):
     truth = make_synthetic_slide(folder / f"gt{seed}.tif", seed=seed, size=SIZE)
     with open_slide(truth.path) as slide:
-        mask, downsample = tissue_mask(slide, max_px=1024)
+        mask, downsample = tissue_mask(slide, max_px=MASK_PX)
     assert downsample == pytest.approx(truth.label_downsample)
     assert mask.shape == truth.label_map.shape and mask.dtype == bool
     assert _iou(mask, truth.tissue_mask) > 0.9
@@ -45,7 +46,7 @@ def test_mask_agrees_with_ground_truth(folder, seed):
 
 def test_mask_with_all_classes_including_fat_and_necrosis(all_classes):
     truth, slide = all_classes
-    mask, _ = tissue_mask(slide, max_px=1024)
+    mask, _ = tissue_mask(slide, max_px=MASK_PX)
     assert _iou(mask, truth.tissue_mask) > 0.9
     for name in ("adipose", "necrosis"):
         region = truth.label_map == TISSUE_CLASSES.index(name)
@@ -56,8 +57,8 @@ def test_pen_ink_is_left_out_of_the_mask(folder):
     truth = make_synthetic_slide(folder / "pen.tif", seed=4, size=SIZE, pen_marks=True)
     assert truth.pen_mask.any()
     with open_slide(truth.path) as slide:
-        mask, _ = tissue_mask(slide, max_px=1024)
-        unfiltered, _ = tissue_mask(slide, max_px=1024, exclude_pen=False)
+        mask, _ = tissue_mask(slide, max_px=MASK_PX)
+        unfiltered, _ = tissue_mask(slide, max_px=MASK_PX, exclude_pen=False)
     ink_outside_tissue = truth.pen_mask & ~truth.tissue_mask
     assert mask[truth.pen_mask].mean() < 0.02
     assert unfiltered[ink_outside_tissue].mean() > 0.5
@@ -132,18 +133,18 @@ def test_overlapping_stride(all_classes):
 def test_patch_size_level0_at_quarter_micron_reads_a_coarser_level(folder):
     truth = make_synthetic_slide(folder / "fine.tif", seed=3, size=SIZE, mpp=0.25)
     with open_slide(truth.path) as slide:
-        grid = patch_grid(slide, patch_size=448, target_mpp=0.5, min_tissue=0.5)
-        assert (grid.patch_size_level0, grid.level, grid.read_size) == (896, 1, 448)
+        grid = patch_grid(slide, patch_size=224, target_mpp=0.5, min_tissue=0.5)
+        assert (grid.patch_size_level0, grid.level, grid.read_size) == (448, 1, 224)
         assert grid.target_mpp == 0.5 and grid.slide_mpp == pytest.approx(0.25)
-        assert np.all(grid.coords % 896 == 0) and len(grid) > 0
+        assert np.all(grid.coords % 448 == 0) and len(grid) > 0
         patch = grid.read_patch(slide, 0)
-        assert patch.shape == (448, 448, 3) and patch.dtype == np.uint8
+        assert patch.shape == (224, 224, 3) and patch.dtype == np.uint8
         x, y = grid.coords[0]
-        full = slide.read_region((int(x), int(y)), 0, (896, 896))
-        reference = np.asarray(Image.fromarray(full).resize((448, 448), Image.Resampling.BOX))
+        full = slide.read_region((int(x), int(y)), 0, (448, 448))
+        reference = np.asarray(Image.fromarray(full).resize((224, 224), Image.Resampling.BOX))
         assert np.abs(patch.astype(int) - reference.astype(int)).mean() < 4.0
         batch = grid.read_patches(slide, [0, len(grid) - 1])
-        assert batch.shape == (2, 448, 448, 3)
+        assert batch.shape == (2, 224, 224, 3)
         np.testing.assert_array_equal(batch[0], patch)
 
 
