@@ -187,3 +187,22 @@ def test_cohort_manifest(tmp_path):
         left, right = rows[k], rows[k + 1]
         assert left["exam_id"] == right["exam_id"]
         assert (left["split"], left["density"]) == (right["split"], right["density"])
+
+
+def test_denser_categories_give_more_fibroglandular_signal(tmp_path):
+    means = []
+    for density in "ABCD":
+        (tmp_path / density).mkdir()
+        c = make_mammogram_case(
+            tmp_path / density,
+            seed=8,
+            size=(256, 160),
+            findings=[],
+            cancer=False,
+            density=density,
+            photometric="MONOCHROME2",
+        )
+        _, values = _mono2_values(c.cc_path)
+        means.append(values[c.breast_masks["CC"]].mean())
+        assert DENSITY_SENTENCES[density] in c.report
+    assert all(b > a + 50 for a, b in zip(means, means[1:], strict=False)), means
