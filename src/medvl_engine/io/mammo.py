@@ -154,7 +154,17 @@ def open_mammogram(path: str | os.PathLike, voi_index: int = 0) -> Mammogram:
             f"{path.name}: cannot be read ({error.strerror}); check its permissions.", path
         ) from error
     if len(head) >= 132 and head[128:132] == b"DICM" or path.suffix.lower() in (".dcm", ".dicom"):
-        return _open_dicom(path, voi_index)
+        try:
+            return _open_dicom(path, voi_index)
+        except MedVLError:
+            raise
+        except Exception as error:  # pydicom parses values lazily: damage surfaces anywhere
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise CorruptFileError(
+                f"{path.name}: the DICOM file could not be read ({detail or type(error).__name__});"
+                " it is damaged or truncated, re-copy or re-export it.",
+                path,
+            ) from error
     if head.startswith(b"\x89PNG") or head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
         return _open_plain(path, head)
     if head.startswith(b"\xff\xd8\xff"):

@@ -220,6 +220,20 @@ def open_slide(path: str | os.PathLike) -> Slide:
     if not path.exists():
         raise MedVLError(f"{path}: no such file or folder; check the path.", path)
     try:
+        return _open_by_kind(path)
+    except MedVLError:
+        raise
+    except Exception as error:  # a damaged header trips the parsers in many ways
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CorruptFileError(
+            f"{path.name}: the file could not be read ({detail or type(error).__name__}); it is "
+            "damaged or truncated, re-copy or re-export it.",
+            path,
+        ) from error
+
+
+def _open_by_kind(path: Path) -> Slide:
+    try:
         kind = sniff_kind(path)
     except OSError as error:
         raise MedVLError(
