@@ -178,3 +178,22 @@ def test_bad_arguments_are_refused(all_classes):
         patch_grid(slide, min_tissue=1.5)
     with pytest.raises(ValueError, match="target_mpp must be a positive"):
         patch_grid(slide, target_mpp=0)
+
+
+def test_small_crop_keeps_its_tissue(folder):
+    truth = make_synthetic_slide(folder / "crop.tif", seed=1, size=(300, 200))
+    with open_slide(truth.path) as slide:
+        mask, _ = tissue_mask(slide)
+        grid = patch_grid(slide, patch_size=64, target_mpp=0.5, mask=(mask, 1.0))
+    assert _iou(mask, truth.tissue_mask) > 0.85
+    assert len(grid) > 0
+
+
+def test_errors_are_medvl_errors_and_value_errors(all_classes):
+    from medvl_engine.errors import MedVLError
+
+    _, slide = all_classes
+    with pytest.raises(MedVLError):
+        patch_grid(slide, stride=0)
+    with pytest.raises(ValueError):
+        patch_grid(slide, stride=-3)

@@ -20,9 +20,15 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import ndimage
 
-__all__ = ["PatchGrid", "SlideLike", "pen_mask", "patch_grid", "tissue_mask"]
+from medvl_engine.errors import ConfigError
+
+__all__ = ["PatchGrid", "PatchGridError", "SlideLike", "pen_mask", "patch_grid", "tissue_mask"]
 
 _FALLBACK_MPP = 0.5
+
+
+class PatchGridError(ConfigError, ValueError):
+    """A patch size, stride, resolution or tissue threshold that cannot make a grid."""
 
 
 class SlideLike(Protocol):
@@ -123,7 +129,8 @@ def tissue_mask(
     ``min_saturation`` (a blank slide gives an empty mask), with hysteresis down to half the
     threshold for regions touching tissue; pen ink removed when ``exclude_pen``;
     closing by a disk of ``close_um``, holes up to ``max_hole_um2`` filled, objects under
-    ``min_object_um2`` dropped. Without an mpp the um sizes are taken at 0.5 um/px.
+    ``min_object_um2`` (or a twentieth of the image, if less) dropped. Without an mpp the um
+    sizes are taken at 0.5 um/px.
     Mask pixel (r, c) covers level-0 x in [c * downsample, (c + 1) * downsample), likewise y.
     """
     rgb = np.asarray(slide.thumbnail(max_px))[..., :3]
@@ -156,7 +163,9 @@ def tissue_mask(
     labels, count = ndimage.label(mask)
     if count:
         sizes = ndimage.sum(mask, labels, np.arange(1, count + 1)) * um_per_px**2
-        mask = np.concatenate([[False], sizes >= min_object_um2])[labels]
+        # on a small image (a crop) an object a twentieth of the field of view still counts
+        smallest = min(min_object_um2, 0.05 * mask.size * um_per_px**2)
+        mask = np.concatenate([[False], sizes >= smallest])[labels]
     return mask & ~ink, float(downsample)
 
 
@@ -251,18 +260,18 @@ def patch_grid(
     computed with ``mask_options``.
     """
     if patch_size < 1:
-        raise ValueError(f"patch_size must be a positive number of px, got {patch_size}")
+        raise PatchGridError(f"patch_size must be a positive number of px, got {patch_size}")
     if not 0.0 <= min_tissue <= 1.0:
-        raise ValueError(f"min_tissue must lie in [0, 1], got {min_tissue}")
+        raise PatchGridError(f"min_tissue must lie in [0, 1], got {min_tissue}")
     stride = patch_size if stride is None else int(stride)
     if stride < 1:
-        raise ValueError(f"stride must be a positive number of px, got {stride}")
+        raise PatchGridError(f"stride must be a positive number of px, got {stride}")
     slide_mpp = _slide_mpp(slide)
     if slide_mpp is None:
         scale, grid_mpp = 1.0, None
     else:
         if target_mpp is None or target_mpp <= 0:
-            raise ValueError(f"target_mpp must be a positive um/px value, got {target_mpp}")
+            raise PatchGridError(f"target_mpp must be a positive um/px value, got {target_mpp}")
         scale, grid_mpp = float(target_mpp) / slide_mpp, float(target_mpp)
     size0 = max(int(round(patch_size * scale)), 1)
     stride0 = max(int(round(stride * scale)), 1)

@@ -10,6 +10,7 @@ from medvl_engine.synthetic._cohort import (
     make_mammogram_cohort,
     make_synthetic_cohort,
 )
+from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo import (
     BIRADS_SENTENCES,
     CANCER_SENTENCES,
@@ -39,6 +40,7 @@ __all__ = [
     "FINDING_TYPES",
     "MAMMO_MANIFEST_COLUMNS",
     "NEGATIVE_FINDINGS",
+    "SyntheticDataError",
     "SyntheticMammoCase",
     "birads_sentence",
     "make_mammogram_case",

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from medvl_engine.errors import ExportError
+from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo import SyntheticMammoCase, make_mammogram_case
 from medvl_engine.synthetic._reports import ORGANS
 from medvl_engine.synthetic._slides import SyntheticSlide, make_synthetic_slide
@@ -100,11 +101,11 @@ def make_synthetic_cohort(
     absolute; ``classes`` is semicolon-separated; label maps are .npy uint8 arrays.
     """
     if n_slides < 1:
-        raise ValueError(f"n_slides must be at least 1, got {n_slides}")
+        raise SyntheticDataError(f"n_slides must be at least 1, got {n_slides}")
     organs = [o.lower() for o in organs]
     unknown = sorted(set(organs) - set(ORGANS))
     if unknown:
-        raise ValueError(f"unknown organ(s) {unknown}; use some of {', '.join(ORGANS)}")
+        raise SyntheticDataError(f"unknown organ(s) {unknown}; use some of {', '.join(ORGANS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -180,7 +181,7 @@ def make_mammogram_cohort(
     source px, ``cancer`` 0/1, paths absolute.
     """
     if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
+        raise SyntheticDataError(f"n must be at least 1, got {n}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

@@ -21,6 +21,7 @@ from pydicom.dataset import FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
 from medvl_engine.errors import ExportError
+from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo_render import (
     FINDING_TYPES,
     BreastGeometry,
@@ -178,7 +179,7 @@ def _plan_case(
     """Consistent (findings, cancer, density, birads, spiculated flags per finding)."""
     density = density or str(rng.choice(list("ABCD"), p=[0.1, 0.4, 0.4, 0.1]))
     if density not in DENSITY_SENTENCES:
-        raise ValueError(f"density must be one of A, B, C, D, got {density!r}")
+        raise SyntheticDataError(f"density must be one of A, B, C, D, got {density!r}")
     if cancer is None:
         malignant_kinds = ("mass", "calcification", "architectural distortion")
         if findings is None:
@@ -197,9 +198,11 @@ def _plan_case(
             findings = [str(rng.choice(["mass", "calcification", "asymmetry"]))]
     unknown = [f for f in findings if f not in FINDING_TYPES]
     if unknown:
-        raise ValueError(f"unknown finding(s) {unknown}; use some of {', '.join(FINDING_TYPES)}")
+        raise SyntheticDataError(
+            f"unknown finding(s) {unknown}; use some of {', '.join(FINDING_TYPES)}"
+        )
     if cancer and not findings:
-        raise ValueError("a cancer case needs at least one finding")
+        raise SyntheticDataError("a cancer case needs at least one finding")
     spiculated = [f == "mass" and cancer and rng.uniform() < 0.7 for f in findings]
     if birads is None:
         if not findings:
@@ -209,9 +212,9 @@ def _plan_case(
         else:
             birads = int(rng.choice([2, 3, 4], p=[0.5, 0.35, 0.15]))
     if birads not in BIRADS_SENTENCES:
-        raise ValueError(f"BI-RADS must be 1 to 5, got {birads}")
+        raise SyntheticDataError(f"BI-RADS must be 1 to 5, got {birads}")
     if (birads == 1) != (not findings) or (cancer and birads < 4):
-        raise ValueError(
+        raise SyntheticDataError(
             f"BI-RADS {birads} contradicts findings {findings} / cancer {cancer}: BI-RADS 1 means "
             "no findings and a cancer needs BI-RADS 4 or 5"
         )
@@ -252,7 +255,10 @@ def _place_lesions(
                 lesions.append(lesion)
                 break
         else:
-            raise RuntimeError("could not place a lesion outside the pectoral muscle")
+            raise SyntheticDataError(
+                f"could not place a {kind} outside the pectoral muscle in a {shape} view; "
+                "use a larger size or another seed"
+            )
     return lesions
 
 
@@ -388,14 +394,18 @@ def make_mammogram_case(
     out = Path(out_dir)
     rows, cols = int(size[0]), int(size[1])
     if rows < 128 or cols < 96:
-        raise ValueError(f"mammogram size must be at least 128 x 96 (rows, cols), got {size}")
+        raise SyntheticDataError(
+            f"mammogram size must be at least 128 x 96 (rows, cols), got {size}"
+        )
     rng = np.random.default_rng(seed)
     laterality = (laterality or str(rng.choice(["L", "R"]))).upper()
     if laterality not in _SIDE:
-        raise ValueError(f"laterality must be 'L' or 'R', got {laterality!r}")
+        raise SyntheticDataError(f"laterality must be 'L' or 'R', got {laterality!r}")
     photometric = photometric or ("MONOCHROME1" if rng.uniform() < 0.5 else "MONOCHROME2")
     if photometric not in ("MONOCHROME1", "MONOCHROME2"):
-        raise ValueError(f"photometric must be MONOCHROME1 or MONOCHROME2, got {photometric!r}")
+        raise SyntheticDataError(
+            f"photometric must be MONOCHROME1 or MONOCHROME2, got {photometric!r}"
+        )
     slope = float(rng.choice([1.0, 0.5]))
     exam_id = exam_id or f"mg{seed}"
     kinds, cancer, density, birads, spiculated = _plan_case(rng, findings, cancer, density, birads)

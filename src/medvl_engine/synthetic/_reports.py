@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._tissue import TISSUE_CLASSES, class_id
 
 __all__ = ["ORGANS", "CLASS_SYNONYMS", "NEGATION_PREFIXES", "make_report"]
@@ -119,7 +120,7 @@ def make_report(
     """
     organ = organ.lower()
     if organ not in ORGANS:
-        raise ValueError(f"unknown organ {organ!r}; use one of {', '.join(ORGANS)}")
+        raise SyntheticDataError(f"unknown organ {organ!r}; use one of {', '.join(ORGANS)}")
     present = {TISSUE_CLASSES[class_id(c)] for c in classes_present} - {"background"}
     sentences: list[str] = []
     for name in rng.permutation(sorted(present)):

@@ -18,6 +18,7 @@ import tifffile
 from scipy import ndimage
 
 from medvl_engine.errors import ExportError
+from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._reports import ORGANS, make_report
 from medvl_engine.synthetic._tissue import (
     TISSUE_CLASSES,
@@ -79,7 +80,9 @@ def _choose_classes(rng: np.random.Generator, classes: tuple[str, ...] | None) -
     if classes is not None:
         chosen = {TISSUE_CLASSES[class_id(c)] for c in classes} - {"background"}
         if not chosen:
-            raise ValueError("a synthetic slide needs at least one tissue class besides background")
+            raise SyntheticDataError(
+                "a synthetic slide needs at least one tissue class besides background"
+            )
         return sorted(chosen, key=TISSUE_CLASSES.index)
     chosen = ["stroma"] + [name for name, p in _CLASS_PRIOR.items() if rng.uniform() < p]
     return sorted(chosen, key=TISSUE_CLASSES.index)
@@ -307,9 +310,11 @@ def make_synthetic_slide(
     path = Path(path)
     width, height = int(size[0]), int(size[1])
     if width < 64 or height < 64:
-        raise ValueError(f"slide size must be at least 64x64 px, got {size}")
+        raise SyntheticDataError(f"slide size must be at least 64x64 px, got {size}")
     rng = np.random.default_rng(seed)
     organ = organ.lower() if organ else str(ORGANS[int(rng.integers(len(ORGANS)))])
+    if organ not in ORGANS:
+        raise SyntheticDataError(f"unknown organ {organ!r}; use one of {', '.join(ORGANS)}")
     chosen = _choose_classes(rng, classes)
     downsample = _label_downsample(width, height)
     grid = (-(-height // downsample), -(-width // downsample))

@@ -20,6 +20,8 @@ import numpy as np
 from scipy import ndimage
 from scipy.spatial import cKDTree
 
+from medvl_engine.synthetic._errors import SyntheticDataError
+
 __all__ = [
     "TISSUE_CLASSES",
     "Stain",
@@ -76,12 +78,12 @@ def class_id(tissue_class: str | int) -> int:
     if isinstance(tissue_class, (int, np.integer)):
         if not 0 <= int(tissue_class) < len(TISSUE_CLASSES):
             last = len(TISSUE_CLASSES) - 1
-            raise ValueError(f"tissue class id {tissue_class} is outside 0..{last}")
+            raise SyntheticDataError(f"tissue class id {tissue_class} is outside 0..{last}")
         return int(tissue_class)
     try:
         return TISSUE_CLASSES.index(str(tissue_class).lower())
     except ValueError:
-        raise ValueError(
+        raise SyntheticDataError(
             f"unknown tissue class {tissue_class!r}; use one of {', '.join(TISSUE_CLASSES)}"
         ) from None
 
@@ -272,7 +274,7 @@ def tissue_density(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Periodic stain concentrations (c_h, c_e, c_n) of one class, each [H, W] float32 OD units."""
     if shape[0] < 1 or shape[1] < 1:
-        raise ValueError(f"texture shape must be positive, got {shape}")
+        raise SyntheticDataError(f"texture shape must be positive, got {shape}")
     maps = _RENDERERS[class_id(tissue_class)](rng, (int(shape[0]), int(shape[1])), float(mpp))
     return tuple(np.clip(m, 0.0, None).astype(np.float32, copy=False) for m in maps)
 
