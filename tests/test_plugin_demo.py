@@ -1,0 +1,79 @@
+"""`medvl demo` headless: files written and readable; degradation when models are missing."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from PIL import Image
+
+import _plugin_helpers as helpers
+from medvl_engine.cli.main import main
+
+medvl_cache = helpers.medvl_cache  # fixture
+tiny_topk = helpers.tiny_topk  # fixture
+
+
+@pytest.fixture
+def headless(monkeypatch):
+    monkeypatch.setenv("MEDVL_HEADLESS", "1")
+
+
+def test_demo_writes_heatmap_and_topk_files_that_open(
+    tmp_path, capsys, headless, medvl_cache, tiny_topk
+):
+    out = tmp_path / "demo"
+    status = main(["demo", "--out", str(out), "--topk-model", str(tiny_topk), "--k", "4"])
+    assert status == 0
+    printed = capsys.readouterr().out
+    for name in ("heatmap.png", "heatmap.geojson", "top_patches.csv", "heatmap.tiff"):
+        assert str(out / name) in printed
+
+    with Image.open(out / "heatmap.png") as image:
+        assert image.size[0] > 500 and image.mode == "RGB"
+    collection = json.loads((out / "heatmap.geojson").read_text())
+    assert collection["type"] == "FeatureCollection"
+    assert len(collection["features"]) > 10
+    first = collection["features"][0]
+    ring = first["geometry"]["coordinates"][0]
+    assert ring[0] == ring[-1]  # closed polygon, level-0 px
+    assert "classification" in first["properties"]
+    with open(out / "top_patches.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 10
+
+    with Image.open(out / "topk.png") as image:
+        assert image.size[0] > 100
+    topk = json.loads((out / "topk.geojson").read_text())
+    assert {f["properties"]["view"] for f in topk["features"] if "view" in f["properties"]} <= {
+        "CC",
+        "MLO",
+    }
+    with open(out / "topk.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == 4
+    assert not list(out.glob(".*"))  # no temporary files left behind
+
+
+def test_demo_runs_end_to_end_when_models_are_missing(tmp_path, capsys, headless):
+    out = tmp_path / "demo"
+    status = main(
+        [
+            "demo",
+            "--out",
+            str(out),
+            "--model",
+            str(tmp_path / "no-encoder"),
+            "--topk-model",
+            str(tmp_path / "no-topk"),
+        ]
+    )
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert "slide heatmap skipped" in printed and "no-encoder" in printed
+    assert "TopK skipped" in printed
+    with Image.open(out / "slide.png") as image:
+        assert max(image.size) <= 1600
+    with Image.open(out / "mammograms.png") as image:
+        assert image.mode == "L"
+    assert not (out / "heatmap.png").exists()
