@@ -37,6 +37,8 @@ __all__ = [
     "extract_features",
     "import_h5_features",
     "read_patches",
+    "slide_features",
+    "store_path_for",
 ]
 
 ProgressCallback = Callable[[int, int], None]
@@ -244,6 +246,67 @@ def import_h5_features(
         group.attrs["n_done"] = store.n_patches
         store.path = Path(out_path)
     return store
+
+
+def store_path_for(slide: Any, encoder: Any, grid: PatchGridLike) -> Path:
+    """Cache location of the store for (slide file, encoder, patch grid): MEDVL_CACHE/features."""
+    import hashlib
+
+    from medvl_engine._cache import cache_dir
+
+    path = Path(slide.path)
+    try:
+        stat = path.stat()
+        file_key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    except OSError:
+        file_key = str(path)
+    coords = np.ascontiguousarray(grid.coords, dtype=np.int64)
+    key = "|".join(
+        [
+            file_key,
+            str(encoder.name),
+            str(grid.patch_size),
+            str(grid.patch_size_level0),
+            str(grid.level),
+            hashlib.sha1(coords.tobytes()).hexdigest(),
+        ]
+    )
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    return cache_dir() / "features" / f"{path.stem}-{digest}.zarr"
+
+
+def slide_features(
+    slide: Any,
+    encoder: Any,
+    out_path: str | Path | None = None,
+    *,
+    patch_size: int | None = None,
+    target_mpp: float | None = None,
+    min_tissue: float = 0.25,
+    stride: int | None = None,
+    batch_size: int = 64,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | Callable[[], bool] | None = None,
+) -> FeatureStore:
+    """Tissue patch grid at the encoder's patch size and mpp (unless given), then extraction.
+
+    Without ``out_path`` the store goes to the cache (:func:`store_path_for`), so a second call
+    for the same slide and encoder loads it instead of encoding again.
+    """
+    from medvl_engine.tiling import patch_grid
+
+    grid = patch_grid(
+        slide,
+        patch_size=int(patch_size or encoder.patch_size),
+        target_mpp=float(target_mpp or encoder.target_mpp),
+        min_tissue=min_tissue,
+        stride=stride,
+    )
+    if out_path is None:
+        out_path = store_path_for(slide, encoder, grid)
+    return extract_features(
+        slide, encoder, grid, out_path, batch_size=batch_size, progress=progress, cancel=cancel
+    )
 
 
 def read_patches(slide: Any, coords: np.ndarray, level: int, patch_size: int) -> np.ndarray:

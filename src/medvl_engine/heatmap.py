@@ -12,7 +12,9 @@ World frame (napari): micrometres when the slide has an mpp, else level-0 px; le
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +24,7 @@ from medvl_engine.features import FeatureStore
 
 __all__ = [
     "MODES",
+    "classify_slide",
     "NORMALIZATIONS",
     "Heatmap",
     "normalize_scores",
@@ -187,6 +190,54 @@ def top_patches(
     top_left = store.coords[chosen]
     boxes = np.concatenate([top_left, top_left + store.patch_size_level0], axis=1)
     return boxes.astype(np.int64), scores[chosen]
+
+
+def classify_slide(
+    store: FeatureStore,
+    encoder: Any,
+    class_prompts: Sequence[str] | Mapping[str, Sequence[str]],
+    tau_attn: float = 0.05,
+) -> list[tuple[str, float]]:
+    """Zero-shot slide classification by report-guided pooling (LIMIT Eq. 1-2 and 5).
+
+    Each class embedding c_k [D] (the normalised mean of its prompts' embeddings when a class
+    has several) queries the patches: h_W(c_k) = sum_i softmax_i(v_i . c_k / tau_attn) v_i;
+    the class score is cos(h_W(c_k), c_k) and the prediction is the argmax. Returns
+    (class, score) pairs, best first.
+    """
+    from medvl_engine.models.limit import report_guided_pool
+
+    if isinstance(class_prompts, Mapping):
+        names = list(class_prompts)
+        groups = [_as_list(class_prompts[name]) for name in names]
+    else:
+        names = list(class_prompts)
+        groups = [[name] for name in names]
+    if len(names) < 2:
+        raise ValueError(f"classification needs at least 2 classes, got {len(names)}")
+    if store.n_patches == 0:
+        raise DataError(
+            f"Feature store {store.path or store.slide} holds no patches (no tissue found); "
+            "nothing to classify."
+        )
+    classes = torch.stack(
+        [
+            torch.nn.functional.normalize(encoder.encode_text(group).mean(0), dim=0)
+            for group in groups
+        ]
+    )  # [K, D]
+    if classes.shape[1] != store.embed_dim:
+        raise DataError(
+            f"The prompts embed to {classes.shape[1]} dimensions but the feature store holds "
+            f"{store.embed_dim}; use the model the features were extracted with ({store.encoder})."
+        )
+    pooled = report_guided_pool(store.torch_features, classes, tau_attn)  # [K, D]
+    scores = torch.nn.functional.cosine_similarity(pooled, classes, dim=-1).tolist()
+    return sorted(zip(names, scores, strict=True), key=lambda item: -item[1])
+
+
+def _as_list(prompts: str | Sequence[str]) -> list[str]:
+    return [prompts] if isinstance(prompts, str) else list(prompts)
 
 
 def _layout(store: FeatureStore) -> dict:

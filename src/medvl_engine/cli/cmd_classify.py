@@ -1,0 +1,57 @@
+"""`medvl classify SLIDE --classes A B ...`: zero-shot slide classification (LIMIT Eq. 5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "rank class prompts for a whole slide by report-guided pooling (LIMIT zero-shot)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("slide", type=Path, help="slide file")
+    parser.add_argument("--classes", nargs="+", required=True, help="class prompts (>= 2)")
+    parser.add_argument("--model", default="medvl-demo", help="registry name, folder or HF id")
+    parser.add_argument("--features", type=Path, default=None, help="existing feature store")
+    parser.add_argument(
+        "--tau-attn",
+        type=float,
+        default=None,
+        help="attention temperature (default: the model folder's tau_attn, else 0.05)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--device", default="cpu")
+
+
+def run(args: argparse.Namespace) -> int:
+    from medvl_engine.cli._pathology import encoder_and_store
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.heatmap import classify_slide
+
+    if len(args.classes) < 2:
+        raise ConfigError("--classes needs at least two class prompts to choose between.")
+    tau = args.tau_attn if args.tau_attn is not None else _model_tau(args.model)
+    if tau <= 0:
+        raise ConfigError(f"--tau-attn must be positive, got {tau}.")
+    slide, encoder, store = encoder_and_store(args.slide, args.model, args.features, args.device)
+    with slide:
+        ranked = classify_slide(store, encoder, args.classes, tau_attn=tau)
+    if args.json:
+        print(json.dumps([{"class": name, "score": score} for name, score in ranked]))
+    else:
+        width = max(len(name) for name, _ in ranked)
+        for rank, (name, score) in enumerate(ranked, start=1):
+            print(f"{rank:>2}. {name:<{width}}  {score:.4f}")
+    return 0
+
+
+def _model_tau(model: str) -> float:
+    """tau_attn recorded in a LIMIT-trained model folder, else the LIMIT default 0.05."""
+    config = Path(model) / "config.json"
+    if config.is_file():
+        try:
+            return float(json.loads(config.read_text()).get("tau_attn", 0.05))
+        except (ValueError, TypeError):
+            return 0.05
+    return 0.05

@@ -1,0 +1,108 @@
+"""`medvl features SLIDES... --encoder NAME --out DIR`: cache patch features of many slides.
+
+``--shard i/n`` keeps every n-th slide starting at index i (0-based) of the sorted list, so
+machines or torchrun ranks split a cohort with nothing shared but the shard index;
+``--shard auto`` takes i and n from torchrun's RANK and WORLD_SIZE. Stores that are already
+complete are kept; interrupted ones resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HELP = "extract patch features of slides into zarr stores (resumable, shardable)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("slides", nargs="*", metavar="SLIDE", help="slide files")
+    parser.add_argument("--encoder", default="medvl-demo", help="registry name, folder or HF id")
+    parser.add_argument("--out", required=True, type=Path, help="folder for the .zarr stores")
+    parser.add_argument("--shard", default="0/1", help="i/n: this worker's share, or 'auto'")
+    parser.add_argument("--patch-size", type=int, default=None, help="px at --mpp")
+    parser.add_argument("--mpp", type=float, default=None, help="um per px of the patches")
+    parser.add_argument("--min-tissue", type=float, default=0.25, help="tissue share to keep")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--from-h5",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="H5",
+        help="import TRIDENT/CLAM .h5 feature files into --out instead of encoding slides",
+    )
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' (0 <= i < n) or 'auto' (RANK/WORLD_SIZE) -> (i, n)."""
+    from medvl_engine.errors import ConfigError
+
+    if text == "auto":
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
+        raise ConfigError(
+            f"--shard '{text}' is not i/n with 0 <= i < n; write e.g. --shard 0/4 or --shard auto."
+        )
+    return index, count
+
+
+def run(args: argparse.Namespace) -> int:
+    from medvl_engine.errors import ConfigError, MedVLError
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.from_h5:
+        return _import_h5(args)
+    if not args.slides:
+        raise ConfigError("No slides given; name slide files, or use --from-h5 to import.")
+    from medvl_engine.encoders import load_encoder
+    from medvl_engine.features import slide_features
+    from medvl_engine.io.slide import open_slide
+
+    index, count = parse_shard(args.shard)
+    mine = sorted(args.slides)[index::count]
+    encoder = load_encoder(args.encoder, device=args.device)
+    failures = 0
+    for number, slide_path in enumerate(mine, start=1):
+        out_path = args.out / f"{Path(slide_path).stem}.zarr"
+        try:
+            with open_slide(slide_path) as slide:
+                store = slide_features(
+                    slide,
+                    encoder,
+                    out_path,
+                    patch_size=args.patch_size,
+                    target_mpp=args.mpp,
+                    min_tissue=args.min_tissue,
+                    batch_size=args.batch_size,
+                    progress=_progress_printer(f"[{number}/{len(mine)}] {Path(slide_path).name}"),
+                )
+        except MedVLError as error:
+            print(f"\nmedvl: error: {error}", file=sys.stderr)
+            failures += 1
+            continue
+        print(f"\n{out_path}: {store.n_patches} patches x {store.embed_dim}")
+    return 2 if failures else 0
+
+
+def _import_h5(args: argparse.Namespace) -> int:
+    from medvl_engine.features import import_h5_features
+
+    for h5_path in args.from_h5:
+        out_path = args.out / f"{h5_path.stem}.zarr"
+        store = import_h5_features(h5_path, out_path, encoder=args.encoder)
+        print(f"{out_path}: {store.n_patches} patches x {store.embed_dim} (imported)")
+    return 0
+
+
+def _progress_printer(label: str):
+    def show(done: int, total: int) -> None:
+        print(f"\r{label}: {done}/{total} patches", end="", file=sys.stderr, flush=True)
+
+    return show

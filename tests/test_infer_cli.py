@@ -1,0 +1,149 @@
+"""`medvl features`, `medvl heatmap`, `medvl classify` end to end on synthetic slides."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from _infer_helpers import demo_encoder
+from medvl_engine.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def slide_path(tmp_path_factory):
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    demo_encoder()  # builds the demo model once, in the test cache
+    folder = tmp_path_factory.mktemp("cli")
+    truth = make_synthetic_slide(
+        folder / "case.tiff", seed=3, size=(2048, 2048), classes=("tumor", "stroma", "adipose")
+    )
+    return truth.path
+
+
+def test_heatmap_writes_every_requested_file(slide_path, tmp_path, capsys):
+    outputs = [tmp_path / name for name in ("h.geojson", "h.npz", "h.png", "h.csv")]
+    argv = ["heatmap", str(slide_path), "--prompt", "tumor", "--top", "3"]
+    for out in outputs:
+        argv += ["--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(out) for out in outputs]
+    document = json.loads(outputs[0].read_text())
+    assert document["type"] == "FeatureCollection"
+    names = {f["properties"]["classification"]["name"] for f in document["features"]}
+    assert names == {"tumor", "top patch"}
+    with np.load(outputs[1]) as data:
+        assert data["scores"].shape == (len(data["coords"]),) and str(data["prompt"]) == "tumor"
+    assert outputs[2].read_bytes()[:4] == b"\x89PNG"
+    assert outputs[3].read_text().splitlines()[0] == "rank,x0,y0,x1,y1,score,prompt"
+
+
+def test_heatmap_from_an_existing_store_and_classify(slide_path, tmp_path, capsys):
+    assert main(["features", str(slide_path), "--out", str(tmp_path)]) == 0
+    store = tmp_path / "case.zarr"
+    assert store.is_dir()
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "heatmap",
+                str(slide_path),
+                "--features",
+                str(store),
+                "--prompt",
+                "tumor",
+                "--prompt",
+                "adipose tissue",
+                "--mode",
+                "contrast",
+                "--out",
+                str(tmp_path / "c.npz"),
+            ]
+        )
+        == 0
+    )
+    with np.load(tmp_path / "c.npz") as data:
+        assert str(data["mode"]) == "contrast" and str(data["prompt"]) == "tumor - adipose tissue"
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "classify",
+                str(slide_path),
+                "--features",
+                str(store),
+                "--json",
+                "--classes",
+                "tumor",
+                "necrosis",
+                "lymphocytes",
+            ]
+        )
+        == 0
+    )
+    ranked = json.loads(capsys.readouterr().out)
+    assert [r["class"] for r in ranked][0] == "tumor"
+    assert [r["score"] for r in ranked] == sorted((r["score"] for r in ranked), reverse=True)
+
+
+def test_features_shards_split_a_cohort(slide_path, tmp_path, capsys):
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    slides = [
+        str(make_synthetic_slide(tmp_path / name, seed=seed, size=(512, 512)).path)
+        for seed, name in enumerate(("c.tiff", "a.tiff", "b.tiff"))
+    ]
+    out = tmp_path / "stores"
+    small = ["--patch-size", "64", "--min-tissue", "0.1"]
+    assert main(["features", *slides, "--out", str(out), "--shard", "1/2", *small]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["b.zarr"]
+    assert main(["features", *slides, "--out", str(out), "--shard", "0/2", *small]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a.zarr", "b.zarr", "c.zarr"]
+
+
+def test_features_imports_trident_h5(tmp_path, capsys):
+    h5_path = tmp_path / "slide1.h5"
+    with h5py.File(h5_path, "w") as handle:
+        handle["features"] = np.eye(3, 8, dtype=np.float32)
+        handle["coords"] = np.array([[0, 0], [256, 0], [512, 0]])
+        handle["coords"].attrs["patch_size_level0"] = 256
+    assert main(["features", "--from-h5", str(h5_path), "--out", str(tmp_path / "s")]) == 0
+    assert "3 patches x 8 (imported)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["heatmap", "{slide}", "--prompt", "t", "--out", "{tmp}/x.bmp"], "unknown type '.bmp'"),
+        (["heatmap", "{tmp}/none.svs", "--prompt", "t", "--out", "{tmp}/x.png"], "none.svs"),
+        (
+            ["heatmap", "{slide}", "--prompt", "t", "--mode", "contrast", "--out", "{tmp}/x.npz"],
+            "exactly two --prompt",
+        ),
+        (["features", "{slide}", "--out", "{tmp}", "--shard", "3/2"], "--shard '3/2'"),
+        (["classify", "{slide}", "--classes", "tumor"], "at least two class prompts"),
+        (
+            [
+                "heatmap",
+                "{slide}",
+                "--prompt",
+                "t",
+                "--model",
+                "no-such-model",
+                "--out",
+                "{tmp}/x.png",
+            ],
+            "no-such-model",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_one_sentence(slide_path, tmp_path, capsys, argv, message):
+    argv = [a.format(slide=slide_path, tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("medvl: error: ") and message in err[0]
+    assert "Traceback" not in err[0]
