@@ -17,12 +17,13 @@ class ToyConfig:
     dim: int = 4
     nan_batches: tuple[int, ...] = ()  # global batch indices whose inputs are NaN
     seed: int = 0
+    dropout: float = 0.3
 
 
 class ToyModel(nn.Module):
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, dropout: float = 0.3) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(dim, 8), nn.Dropout(0.3), nn.ReLU(), nn.Linear(8, 1))
+        self.net = nn.Sequential(nn.Linear(dim, 8), nn.Dropout(dropout), nn.ReLU(), nn.Linear(8, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x).squeeze(-1)
@@ -38,7 +39,7 @@ class ToyTask:
         self.targets = self.inputs.sum(dim=-1) * 0.5
 
     def build_model(self) -> nn.Module:
-        return ToyModel(self.config.dim)
+        return ToyModel(self.config.dim, self.config.dropout)
 
     def _order(self, epoch: int, rank: int, world_size: int) -> list[int]:
         generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)
@@ -66,3 +67,26 @@ class ToyTask:
         prediction = model(self.inputs.reshape(-1, self.config.dim))
         mse = ((prediction - self.targets.reshape(-1)) ** 2).mean()
         return {"val_mse": float(mse), "neg_mse": -float(mse)}
+
+
+def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, result_dir: str) -> None:
+    """One rank of a gloo DDP run of the toy task; writes its summary and weights to result_dir."""
+    import json
+    import os
+
+    from medvl_engine.training import RunConfig, train
+
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
+    torch.set_num_threads(1)
+    config = RunConfig(lr=1e-2, epochs=2, out_dir=out_dir, progress=False, seed=3, device="cpu")
+    summary = train(ToyTask(ToyConfig(dropout=0.0)), config)
+    with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as stream:
+        json.dump({"losses": summary["losses"], "steps": summary["steps"]}, stream)

@@ -35,13 +35,14 @@ def test_csv_and_jsonl_manifests_resolve_relative_paths_and_report_files(tmp_pat
     (tmp_path / "r2.txt").write_text("Sections show fat.")
     (tmp_path / "m.csv").write_text(
         "slide_id,organ,report,report_path,features,split,label\n"
-        's0,Breast,"Invasive carcinoma.",,s0.zarr,train,IDC\n'
+        's0,Breast,"Invasive carcinoma.\nNo necrosis.",,s0.zarr,train,IDC\n'
         "s1,lung,Stroma.,,s1.zarr,VAL,\n"
         "s2,lung,,r2.txt,s2.zarr,test,LUAD\n"
     )
     records = read_manifest(tmp_path / "m.csv")
     assert [r.slide_id for r in records] == ["s0", "s1", "s2"]
     assert records[0].organ == "breast" and records[0].label == "IDC"
+    assert records[0].report == "Invasive carcinoma.\nNo necrosis."  # multi-line quoted field
     assert records[1].split == "val" and records[1].label is None
     assert records[2].report == "Sections show fat." and records[2].features == tmp_path / "s2.zarr"
     lines = [

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return rows
     if path.suffix.lower() in (".csv", ".tsv"):
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-        return [dict(row) for row in csv.DictReader(text.splitlines(), delimiter=delimiter)]
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+        return [dict(row) for row in reader]
     raise DataError(
         f"manifest {path} must be .csv, .tsv or .jsonl; convert it to one of them.", path
     )

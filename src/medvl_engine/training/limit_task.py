@@ -1,0 +1,419 @@
+"""The LIMIT training task for the shared loop (``medvl-train limit``).
+
+A training example is one bag: an anchor slide with its report plus N negative
+slide-report pairs (same organ by default). The model pools every slide of the bag
+against every report (report-guided attention, Eq. 1-2) and the loss is the
+difficulty-weighted InfoNCE of Eq. 3-4 (or plain InfoNCE / SigLIT for the ablations).
+Only the text tower (and its projection) is trained; patch features come from feature
+stores and are never recomputed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from medvl_engine.data import (
+    BagCache,
+    OrganStratifiedSampler,
+    SlideRecord,
+    collate_bags,
+    filter_report,
+    read_manifest,
+)
+from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.losses import siglit_loss, weighted_infonce
+from medvl_engine.models.limit import LimitModel, load_limit_model, save_limit_text_tower
+from medvl_engine.training.config import RunConfig
+from medvl_engine.training.distributed import shard_indices
+from medvl_engine.training.task import unwrap_model
+
+__all__ = [
+    "CONFIG_CLASS",
+    "LimitTaskConfig",
+    "LimitTask",
+    "build_task",
+    "load_text_tower",
+    "report",
+]
+
+
+@dataclasses.dataclass
+class LimitTaskConfig:
+    """Settings of the LIMIT task (the ``task`` section of train/limit_*.yaml)."""
+
+    data: Literal["manifest", "synthetic"] = "manifest"
+    manifest: str = ""
+    synthetic_dir: str = "runs/limit-demo/data"
+    synthetic_slides: int = 120
+    synthetic_seed: int = 0
+    text_model: str = "medvl-demo"  # registry name, text-tower folder, or transformers folder
+    text_pooling: Literal["mean", "cls", "pooler"] = "mean"  # for transformers folders
+    max_text_length: int = 128
+    vision_encoder: str = "medvl-demo"  # the frozen encoder that made the features
+    projection_dim: int | None = None  # None: add a projection only if widths differ
+    tau_attn: float = 0.05
+    tau_nce: float = 0.07
+    loss: Literal["weighted_infonce", "infonce", "siglit"] = "weighted_infonce"
+    num_negatives: int = 4
+    negatives: Literal["same_organ", "random"] = "same_organ"
+    finetune: Literal["full", "lora"] = "full"
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    report_filter: Literal["rules", "none"] = "rules"
+    val_fraction: float = 0.01  # held out of train when the manifest has no val rows
+    eval_pooling: Literal["report_guided", "mean", "random", "topk"] = "report_guided"
+    eval_topk: int = 10
+    eval_template: str = "{tissue} {class}"
+    eval_bootstrap: int = 1000
+    feature_cache: int = 256  # bags kept in memory
+
+
+CONFIG_CLASS = LimitTaskConfig
+
+_TOWER_FOLDER_TYPES = ("medvl-text-tower", "medvl-demo")
+
+
+def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> nn.Module:
+    """A trainable :class:`medvl_engine.encoders.TextTower` from a name or a folder.
+
+    spec: a registry name whose encoder has a text tower (``medvl-demo``), a
+    "medvl-text-tower"/"medvl-demo" folder, or a transformers text model folder (BERT-like
+    or CLIP; ``pooling`` applies to those).
+    """
+    from medvl_engine.encoders import TextTower, available_encoders, load_encoder
+
+    folder = Path(spec).expanduser()
+    if spec in {entry.name for entry in available_encoders()}:
+        tower = getattr(load_encoder(spec), "text_tower", None)
+        if tower is None:
+            raise ConfigError(
+                f"encoder {spec!r} has no trainable text tower in medvl; give a text model folder."
+            )
+        return tower.train()
+    if not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"text model {spec!r} is neither a registered encoder nor a folder with config.json; "
+            "set task.text_model to medvl-demo or a model folder."
+        )
+    model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    if model_type in _TOWER_FOLDER_TYPES:
+        return load_limit_model(folder).text_tower.train()
+    from transformers import AutoModel, AutoTokenizer, CLIPTextModel
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if model_type == "clip":
+        backbone = CLIPTextModel.from_pretrained(folder, local_files_only=True)
+        pooling = "pooler"
+    else:
+        backbone = AutoModel.from_pretrained(folder, local_files_only=True)
+    return TextTower(backbone, tokenizer, pooling=pooling, max_length=max_length).train()
+
+
+def _split_records(
+    records: list[SlideRecord], val_fraction: float, seed: int
+) -> dict[str, list[SlideRecord]]:
+    splits = {name: [r for r in records if r.split == name] for name in ("train", "val", "test")}
+    if not splits["val"] and val_fraction > 0 and len(splits["train"]) > 1:
+        generator = torch.Generator().manual_seed(seed)
+        order = torch.randperm(len(splits["train"]), generator=generator).tolist()
+        count = max(1, round(val_fraction * len(order)))
+        held = set(order[:count])
+        splits["val"] = [r for i, r in enumerate(splits["train"]) if i in held]
+        splits["train"] = [r for i, r in enumerate(splits["train"]) if i not in held]
+    if not splits["train"]:
+        raise DataError("the manifest has no training slides (split = train); add some.")
+    return splits
+
+
+class LimitTask:
+    """LIMIT as a :class:`medvl_engine.training.Task` (see the module docstring)."""
+
+    name = "limit"
+
+    def __init__(self, config: LimitTaskConfig, run_config: RunConfig | None = None) -> None:
+        self.config = config
+        self.seed = run_config.seed if run_config is not None else 0
+        if config.tau_attn <= 0 or config.tau_nce <= 0:
+            raise ConfigError("task.tau_attn and task.tau_nce must be positive.")
+        manifest = self._manifest_path()
+        records = read_manifest(manifest)
+        if config.report_filter == "rules":
+            records = [dataclasses.replace(r, report=filter_report(r.report)) for r in records]
+        empty = [r.slide_id for r in records if not r.report.strip()]
+        if empty:
+            raise DataError(
+                f"reports of {empty[:5]} are empty after filtering; check them or set "
+                "task.report_filter=none."
+            )
+        self.splits = _split_records(records, config.val_fraction, self.seed)
+        self.cache = BagCache(config.feature_cache)
+        self.feature_dim = int(self.cache.get(self.splits["train"][0].features).shape[1])
+        self.sampler = OrganStratifiedSampler(
+            [r.organ for r in self.splits["train"]],
+            config.num_negatives,
+            config.negatives,
+            self.seed,
+        )
+        self.tokenizer = None
+
+    def _manifest_path(self) -> Path:
+        if self.config.data == "synthetic":
+            from medvl_engine.data.synthetic_bags import make_synthetic_bags
+
+            return make_synthetic_bags(
+                self.config.synthetic_dir,
+                n_slides=self.config.synthetic_slides,
+                seed=self.config.synthetic_seed,
+                encoder_name=self.config.vision_encoder,
+            )
+        if not self.config.manifest:
+            raise ConfigError("task.manifest is empty; give the slide manifest (CSV or JSONL).")
+        return Path(self.config.manifest)
+
+    # -- model ---------------------------------------------------------------------------
+    def build_model(self) -> LimitModel:
+        config = self.config
+        tower = load_text_tower(config.text_model, config.text_pooling, config.max_text_length)
+        target = config.projection_dim or self.feature_dim
+        if target != self.feature_dim:
+            raise ConfigError(
+                f"task.projection_dim={target} differs from the feature width {self.feature_dim}; "
+                "the projection must map text to the vision dim."
+            )
+        if tower.output_dim != target:
+            if tower.projection is not None:
+                raise ConfigError(
+                    f"text model {config.text_model} already projects to {tower.output_dim}, not "
+                    f"to the feature width {target}; use features from its paired encoder."
+                )
+            tower.projection = nn.Linear(tower.output_dim, target, bias=False)
+        if tower.pooling != "pooler" and hasattr(tower.text, "pooler") and tower.text.pooler:
+            tower.text.pooler.requires_grad_(False)  # unused by mean/cls pooling
+        model = LimitModel(tower, config.tau_attn, True, config.vision_encoder)
+        if config.loss != "siglit":
+            model.logit_scale.requires_grad_(False)
+            model.logit_bias.requires_grad_(False)
+        if config.finetune == "lora":
+            from medvl_engine.models._lora import add_lora
+
+            add_lora(tower, config.lora_rank, config.lora_alpha, config.lora_dropout)
+        self.tokenizer = tower.tokenizer
+        return model
+
+    def save_pretrained(self, model: nn.Module, directory: Path) -> None:
+        from medvl_engine.models._lora import merged_copy
+
+        save_limit_text_tower(merged_copy(unwrap_model(model)).cpu(), directory)
+
+    # -- data ----------------------------------------------------------------------------
+    def _my_bags(self, epoch: int, rank: int, world_size: int) -> list[list[int]]:
+        bags = self.sampler.bags(epoch)
+        return [bags[i] for i in shard_indices(len(bags), rank, world_size)]
+
+    def num_batches(self, epoch: int, rank: int, world_size: int) -> int:
+        return -(-len(self.sampler) // world_size)
+
+    def make_batch(self, records: list[SlideRecord]) -> dict[str, torch.Tensor]:
+        """One bag: features ``[K, M, D]``, mask ``[K, M]``, report tokens ``[K, L]``."""
+        if self.tokenizer is None:
+            raise RuntimeError("build_model() must run before batches are made")
+        features, mask = collate_bags([self.cache.get(r.features) for r in records])
+        tokens = self.tokenizer(
+            [r.report for r in records],
+            padding=True,
+            truncation=True,
+            max_length=self.config.max_text_length,
+            return_tensors="pt",
+        )
+        return {
+            "features": features,
+            "mask": mask,
+            "input_ids": tokens["input_ids"],
+            "attention_mask": tokens["attention_mask"],
+        }
+
+    def train_batches(
+        self, epoch: int, rank: int, world_size: int, start: int = 0
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        train = self.splits["train"]
+        for bag in self._my_bags(epoch, rank, world_size)[start:]:
+            yield self.make_batch([train[i] for i in bag])
+
+    # -- loss ----------------------------------------------------------------------------
+    def compute_losses(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        similarity, reports = model(
+            batch["features"], batch["mask"], batch["input_ids"], batch["attention_mask"]
+        )
+        if self.config.loss == "siglit":
+            inner = unwrap_model(model)
+            labels = torch.eye(len(similarity), dtype=torch.bool, device=similarity.device)
+            loss = siglit_loss(similarity, labels, inner.logit_scale.exp(), inner.logit_bias)
+        else:
+            weighted = self.config.loss == "weighted_infonce"
+            loss = weighted_infonce(similarity, reports, self.config.tau_nce, weighted)
+        target = torch.arange(len(similarity), device=similarity.device)
+        retrieval = (similarity.argmax(dim=1) == target).float().mean()
+        return {"loss": loss, "retrieval_top1": retrieval}
+
+    # -- evaluation ----------------------------------------------------------------------
+    def _validation_bags(self) -> list[list[SlideRecord]]:
+        """Each val slide with N negatives from the training slides (fixed by the seed)."""
+        train = self.splits["train"]
+        bags = []
+        generator = torch.Generator().manual_seed(self.seed + 1)
+        for anchor in self.splits["val"]:
+            same = [r for r in train if r.organ == anchor.organ]
+            if self.config.negatives == "random" or len(same) < self.config.num_negatives:
+                same = train
+            order = torch.randperm(len(same), generator=generator)[: self.config.num_negatives]
+            bags.append([anchor, *(same[int(i)] for i in order)])
+        return bags
+
+    def zero_shot(self, model: LimitModel, split: str = "test", **options: Any) -> dict[str, Any]:
+        """Organ-restricted zero-shot slide classification of labelled slides of ``split``."""
+        from medvl_engine.evaluation import SlideExample, zero_shot_slides
+
+        labelled = [r for r in self.splits[split] if r.label]
+        if not labelled:
+            return {}
+        classes: dict[str, set[str]] = {}
+        for record in (r for records in self.splits.values() for r in records if r.label):
+            classes.setdefault(record.organ, set()).add(record.label)
+        slides = [
+            SlideExample(self.cache.get(r.features), r.organ, r.label, r.slide_id) for r in labelled
+        ]
+        settings = {
+            "template": self.config.eval_template,
+            "pooling": self.config.eval_pooling,
+            "k": self.config.eval_topk,
+            "trials": self.config.eval_bootstrap,
+            "seed": self.seed,
+            **options,
+        }
+        return zero_shot_slides(
+            slides,
+            {organ: sorted(names) for organ, names in classes.items()},
+            lambda texts: model.encode_texts(texts),
+            model.tau_attn,
+            **settings,
+        )
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        model = unwrap_model(model)
+        device = next(model.parameters()).device
+        metrics: dict[str, float] = {}
+        bags = self._validation_bags()
+        if bags:
+            losses, hits = [], []
+            for bag in bags:
+                batch = {k: v.to(device) for k, v in self.make_batch(bag).items()}
+                terms = self.compute_losses(model, batch)
+                losses.append(float(terms["loss"]))
+                hits.append(float(terms["retrieval_top1"]))
+            metrics["val_loss"] = sum(losses) / len(losses)
+            metrics["val_retrieval_top1"] = sum(hits) / len(hits)
+        result = self.zero_shot(model, "test", trials=0)
+        if result:
+            metrics["test_balanced_accuracy"] = result["overall"]["balanced_accuracy"]
+        return metrics
+
+
+def build_task(config: LimitTaskConfig, run_config: RunConfig) -> LimitTask:
+    """The registry entry point of ``medvl-train limit``."""
+    return LimitTask(config, run_config)
+
+
+def _patch_zero_shot(task: LimitTask, model: LimitModel) -> dict[str, float]:
+    """Patch-level zero-shot on test stores that carry "patch_labels" (synthetic cohorts)."""
+    import numpy as np
+    import zarr
+
+    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
+    from medvl_engine.evaluation import zero_shot_patches
+
+    features, labels = [], []
+    for record in task.splits["test"]:
+        if record.features.suffix == ".h5":
+            continue
+        group = zarr.open_group(str(record.features), mode="r")
+        if "patch_labels" in group:
+            features.append(task.cache.get(record.features))
+            labels.append(np.asarray(group["patch_labels"][...]))
+    if not features:
+        return {}
+    return zero_shot_patches(
+        torch.cat(features),
+        np.concatenate(labels),
+        list(DIAGNOSTIC_CLASSES),
+        lambda texts: model.encode_texts(texts),
+        trials=task.config.eval_bootstrap,
+        seed=task.seed,
+    )
+
+
+def _tuned_folder(out_dir: Path) -> Path | None:
+    for name in ("best", "final"):
+        if (out_dir / name / "config.json").is_file():
+            return out_dir / name
+    return None
+
+
+@torch.no_grad()
+def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
+    """Print zero-shot results of the untuned and the LIMIT-tuned text tower on the test split.
+
+    Slide level: balanced accuracy (overall and per organ, +- bootstrap std) with every
+    inference pooling method for the tuned tower; patch level when labels exist. Returns
+    the numbers as a dict (also written to ``<out_dir>/evaluation.json``).
+    """
+    out_dir = Path(summary["out_dir"])
+    folder = _tuned_folder(out_dir)
+    if folder is None or not any(r.label for r in task.splits["test"]):
+        print("limit: no tuned model or no labelled test slides; skipping the zero-shot report")
+        return {}
+    torch.manual_seed(task.seed)
+    untuned = task.build_model().eval()
+    tuned = load_limit_model(folder).eval()
+    tuned.tau_attn = task.config.tau_attn
+    results: dict[str, Any] = {"tuned_model": str(folder)}
+    lines = [f"Zero-shot on {sum(1 for r in task.splits['test'] if r.label)} held-out test slides"]
+    lines.append(f"{'text tower':<10} {'pooling':<14} {'balanced acc':>13}  per organ")
+    runs = [("untuned", untuned, "report_guided", 10), ("tuned", tuned, "report_guided", 10)]
+    runs += [("tuned", tuned, "mean", 10), ("tuned", tuned, "random", 10)]
+    runs += [("tuned", tuned, "topk", 10), ("tuned", tuned, "topk", 100)]
+    for label, model, pooling, k in runs:
+        result = task.zero_shot(model, "test", pooling=pooling, k=k)
+        name = pooling if pooling != "topk" else f"top-{k}"
+        overall = result["overall"]
+        organs = ", ".join(
+            f"{organ} {v['balanced_accuracy']:.2f}" for organ, v in result["per_organ"].items()
+        )
+        lines.append(
+            f"{label:<10} {name:<14} {overall['balanced_accuracy']:>6.3f} +- {overall['std']:.3f}"
+            f"  {organs}"
+        )
+        results[f"{label}/{name}"] = {
+            "overall": overall,
+            "per_organ": result["per_organ"],
+            "organ_mean": result["organ_mean"],
+        }
+    for label, model in (("untuned", untuned), ("tuned", tuned)):
+        patch = _patch_zero_shot(task, model)
+        if patch:
+            results[f"{label}/patch"] = patch
+            lines.append(
+                f"{label:<10} patch level    {patch['balanced_accuracy']:>6.3f} +- "
+                f"{patch['balanced_accuracy_std']:.3f}  AUROC {patch['auroc']:.3f} +- "
+                f"{patch['auroc_std']:.3f}"
+            )
+    print("\n".join(lines))
+    (out_dir / "evaluation.json").write_text(json.dumps(results, indent=2, default=str))
+    return results
