@@ -90,6 +90,11 @@ class WorldFrame:
         return cls(**{key: values[key] for key in cls.__dataclass_fields__ if key in values})
 
 
+def _units(frame: WorldFrame) -> tuple[str, str]:
+    """napari layer units for a frame, so the scale bar reads um on slides with an mpp."""
+    return ("um", "um") if frame.units == "um" else ("pixel", "pixel")
+
+
 def slide_frame(mpp: Sequence[float] | None) -> WorldFrame:
     """World frame of a slide: micrometres when mpp (x_um, y_um) is known, else level-0 px."""
     if mpp is None or not all(np.isfinite(v) and v > 0 for v in mpp):
@@ -112,7 +117,7 @@ def slide_layer(slide: Any, name: str | None = None) -> LayerData:
         "rgb": True,
         "multiscale": True,
         "contrast_limits": (0, 255),
-        "units": ("um", "um") if frame.units == "um" else ("pixel", "pixel"),
+        "units": _units(frame),
         "metadata": {
             "medvl_kind": SLIDE_KIND,
             "slide": slide,
@@ -211,6 +216,7 @@ def boxes_layer(
         "edge_color": edge_color,
         "face_color": "transparent",
         "edge_width": max(frame.scale_x, frame.scale_y) * 4.0,
+        "units": _units(frame),
         "features": features,
         "text": {"string": text_format, "color": edge_color, "anchor": "upper_left", "size": 9},
         "metadata": {"boxes_xyxy": boxes, "world_frame": frame.as_dict()},
@@ -262,6 +268,7 @@ def grid_image_layer(
         "blending": blending,
         "contrast_limits": tuple(float(v) for v in contrast_limits),
         "interpolation2d": "nearest",
+        "units": _units(frame),
         "metadata": {**(metadata or {}), "world_frame": shifted.as_dict()},
         **shifted.image_transform(step_y, step_x),
     }
@@ -298,7 +305,8 @@ def importance_layers(
     grid = np.asarray(importance, dtype=np.float32)
     rows = grid.shape[0]
     side = float(np.asarray(breast.image).shape[0])
-    limits = (0.0, float(grid.max()) if grid.max() > 0 else 1.0)
+    low, high = float(np.nanmin(grid)), float(np.nanmax(grid))
+    limits = (low, high if high > low else low + 1e-6)  # a flat map shows as no overlay
     layers: list[LayerData] = []
     for view, (row_lo, row_hi) in (("CC", (0, rows // 2)), ("MLO", (rows // 2, rows))):
         if view not in view_frames:
@@ -390,6 +398,7 @@ def heatmap_layers(
         "blending": blending,
         "contrast_limits": tuple(float(v) for v in heatmap.value_range),
         "interpolation2d": "nearest",
+        "units": _units(frame),
         "scale": tuple(float(v) for v in heatmap.scale),
         "translate": tuple(float(v) for v in heatmap.translate),
         "metadata": {
