@@ -1,0 +1,167 @@
+"""TopKSigLIP task on the shared loop, its losses, and the mammography evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from _topk_helpers import TINY_TEXT
+from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS
+from medvl_engine.evaluation.mammography import (
+    MammoEvalOutputs,
+    linear_probe_auroc,
+    localisation_metrics,
+    zero_shot_metrics,
+)
+from medvl_engine.losses import clip_contrastive_loss
+from medvl_engine.models.topk import PatchGeometry
+from medvl_engine.models.topksiglip import load_topksiglip
+from medvl_engine.training import RunConfig, train
+from medvl_engine.training.topksiglip_task import (
+    TopKSigLIPTaskConfig,
+    build_task,
+    shuffle_sentences,
+    soft_target_contrastive_loss,
+)
+
+torch.set_num_threads(1)
+
+
+def test_soft_contrastive_with_identity_is_clip():
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 8, generator=gen), torch.randn(5, 8, generator=gen)
+    torch.testing.assert_close(
+        soft_target_contrastive_loss(a, b, torch.eye(5), 10.0), clip_contrastive_loss(a, b, 10.0)
+    )
+
+
+def test_shuffle_sentences_keeps_every_sentence():
+    import random
+
+    sentences = [
+        "there is a mass seen in the breast.",
+        "The breast is extremely dense.",
+        "BIRADS 4: S \u2013 Suspicious.",
+        "Biopsy confirms the presence of cancer.",
+    ]
+    orders = {shuffle_sentences(" ".join(sentences), random.Random(seed)) for seed in range(8)}
+    assert len(orders) > 1
+    for shuffled in orders:
+        assert sorted(shuffled.replace(". ", ".\n").splitlines()) == sorted(sentences)
+
+
+@pytest.mark.parametrize(
+    ("objective", "target"), [("sigmoid", "tabular"), ("contrastive", "tabular")]
+)
+def test_training_steps_on_synthetic_mammograms(tmp_path, objective, target):
+    task_config = TopKSigLIPTaskConfig(
+        vision_pretrained=None,
+        vision_depths=[1, 1, 1, 1],
+        vision_hidden_sizes=[8, 16, 32, 64],
+        image_size=256,
+        grid=8,
+        low_res_factor=2,
+        k=3,
+        tau_anneal_steps=4,
+        text_pretrained=None,
+        text_config=dict(TINY_TEXT),
+        context_length=200,
+        embed_dim=16,
+        objective=objective,
+        target=target,
+        synthetic_train=4,
+        synthetic_eval=4,
+        synthetic_size=[192, 128],
+        synthetic_dir=str(tmp_path.parent / "topk-synthetic"),
+        batch_size=2,
+        report_shuffle=True,
+    )
+    run = RunConfig(lr=1e-3, epochs=1, out_dir=str(tmp_path / "run"), progress=False)
+    task = build_task(task_config, run)
+    summary = train(task, run)
+    assert summary["steps"] == 2
+    assert all(np.isfinite(summary["losses"]))
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if x.get("event") == "step"]
+    assert steps and "dice" in steps[0] and ("sup_sigmoid" in steps[0] or "contrastive" in steps[0])
+    model = load_topksiglip(tmp_path / "run" / "final")
+    assert int(model.train_forwards) == 2  # tau schedule state travels with the weights
+    assert model.tau() == pytest.approx(1.0 + (2 / 3 - 1.0) * 2 / 4)
+
+
+class _PromptModel:
+    """encode_text maps each prompt to a fixed unit vector; logit_scale 10."""
+
+    def __init__(self, dim=64):
+        self.log_logit_scale = torch.zeros(())
+        self.logit_scale = torch.tensor(10.0)
+        prompts = [p for _, ps in ZERO_SHOT_PROMPTS.values() for p in ps]
+        gen = torch.Generator().manual_seed(0)
+        self.table = {
+            p: torch.nn.functional.normalize(torch.randn(dim, generator=gen), dim=0)
+            for p in prompts
+        }
+
+    def encode_text(self, texts):
+        return torch.stack([self.table[t] for t in texts])
+
+
+def test_zero_shot_metrics_perfect_and_inverted():
+    model = _PromptModel()
+    rng = np.random.default_rng(0)
+    cancer = rng.random(30) < 0.4
+    pos = model.table[ZERO_SHOT_PROMPTS["cancer"][1][1]]
+    neg = model.table[ZERO_SHOT_PROMPTS["cancer"][1][0]]
+    emb = torch.stack([pos if c else neg for c in cancer])
+    outputs = MammoEvalOutputs(
+        embeddings=emb,
+        importance=None,
+        birads=np.where(cancer, 5, 1),
+        density=rng.integers(0, 4, 30),
+        cancer=cancer,
+        findings=np.zeros((30, 4), bool),
+        boxes=[np.zeros((0, 4))] * 30,
+    )
+    metrics = zero_shot_metrics(model, outputs)
+    assert metrics["auroc_cancer"] == pytest.approx(1.0)
+    assert "auroc_mass" not in metrics  # no positives: undefined, left out
+    outputs.cancer = ~cancer
+    assert zero_shot_metrics(model, outputs)["auroc_cancer"] == pytest.approx(0.0)
+
+
+def test_localisation_metrics():
+    geometry = PatchGeometry.from_image(256, 8, 0.5)
+    good = np.full((2, 8, 8), 0.01)
+    good[0, 2, 5] = 1.0
+    good[1, 6, 1] = 1.0
+    edges = geometry.cell_bounds()
+    boxes = [  # each box is exactly the cell of the candidate the map points at
+        np.array([[edges[5], edges[2], edges[6], edges[3]]]),
+        np.array([[edges[1], edges[6], edges[2], edges[7]]]),
+    ]
+    outputs = MammoEvalOutputs(
+        embeddings=torch.zeros(2, 4),
+        importance=good,
+        birads=np.ones(2),
+        density=np.zeros(2),
+        cancer=np.zeros(2, bool),
+        findings=np.zeros((2, 4), bool),
+        boxes=boxes,
+    )
+    metrics = localisation_metrics(outputs, geometry, tolerance=0)
+    assert metrics["pointing_game"] == 1.0
+    assert metrics["pixel_ap"] > 0.9 and metrics["pixel_ap_chance"] < 0.05
+    assert metrics["pointing_game_chance"] == pytest.approx(1 / 64)
+    outputs.importance = good[::-1].copy()  # maps swapped between the two breasts
+    assert localisation_metrics(outputs, geometry, tolerance=0)["pointing_game"] == 0.0
+
+
+def test_linear_probe_separable():
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.arange(60) % 3
+    x = torch.randn(60, 8, generator=gen) * 0.1
+    x[torch.arange(60), labels] += 1.0
+    assert linear_probe_auroc(x[:40], labels[:40].numpy(), x[40:], labels[40:].numpy(), 3) > 0.95
