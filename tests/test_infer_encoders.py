@@ -158,3 +158,27 @@ def test_registry_lists_named_models():
     names = [entry.name for entry in available_encoders()]
     assert names[0] == "medvl-demo"
     assert {"plip", "quiltnet", "conch-v1", "conch-v1.5"} <= set(names)
+
+
+def test_demo_model_is_a_saved_folder_whose_text_finds_its_tissue():
+    import os
+
+    from _infer_helpers import demo_encoder
+    from medvl_engine.synthetic import TISSUE_CLASSES, render_tissue
+
+    encoder = demo_encoder()
+    folder = Path(os.environ["MEDVL_CACHE"]) / "models" / "medvl-demo-v1"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "medvl-demo" and config["embed_dim"] == 256
+    reloaded = load_encoder(folder)  # the same folder through the generic folder path
+    rng = np.random.default_rng(7)
+    classes = ["tumor", "stroma", "lymphocytes", "adipose", "necrosis"]
+    patches = np.stack([render_tissue(c, (224, 224), rng) for c in classes for _ in range(6)])
+    labels = np.repeat(np.arange(len(classes)), 6)
+    image = encoder.encode_patches(patches)
+    torch.testing.assert_close(reloaded.encode_patches(patches), image)
+    text = encoder.encode_text(["tumor", "stroma", "lymphocytes", "adipose tissue", "necrosis"])
+    assert image.shape == (30, 256) and text.shape == (5, 256)
+    accuracy = float(((image @ text.T).argmax(1).numpy() == labels).mean())
+    assert accuracy >= 0.9
+    assert set(classes) <= set(TISSUE_CLASSES)

@@ -157,3 +157,18 @@ def test_row_reads_equal_one_read_region_per_patch(tmp_path):
             for index, (x, y) in enumerate(coords):
                 expected = big.read_region((int(x), int(y)), level, (48, 48))
                 np.testing.assert_array_equal(got[index], expected)
+
+
+def test_tiling_grid_at_coarser_mpp_is_read_and_resized_like_the_grid_does(tmp_path, encoder):
+    from medvl_engine.io.slide import open_slide
+    from medvl_engine.synthetic import make_synthetic_slide
+    from medvl_engine.tiling import patch_grid
+
+    truth = make_synthetic_slide(tmp_path / "fine.tiff", seed=8, size=(1024, 768), mpp=0.25)
+    with open_slide(truth.path) as fine:
+        grid = patch_grid(fine, patch_size=48, target_mpp=0.5, min_tissue=0.3)
+        assert grid.patch_size_level0 == 96 and len(grid.coords) > 4
+        store = extract_features(fine, encoder, grid, tmp_path / "f.zarr", batch_size=4)
+        expected = encoder.encode_patches(grid.read_patches(fine, np.arange(len(grid.coords))))
+    np.testing.assert_allclose(store.features, expected.numpy(), atol=1e-5)
+    assert store.patch_size_level0 == 96 and store.target_mpp == 0.5

@@ -130,3 +130,33 @@ def test_demo_encoder_tumor_heatmap_finds_the_tumor(tmp_path):
     # the grid places each patch's score at its own cell
     cols, rows = ((store.coords - heatmap.origin_level0) // heatmap.cell_size_level0).T
     np.testing.assert_allclose(heatmap.grid[rows, cols], heatmap.scores)
+
+
+class _FixedText:
+    """Stands in for an encoder: maps each prompt to a fixed unit vector."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def encode_text(self, texts):
+        rows = torch.tensor([self.table[t] for t in texts], dtype=torch.float32)
+        return torch.nn.functional.normalize(rows, dim=-1)
+
+
+def test_classify_slide_follows_report_guided_pooling_by_hand():
+    from medvl_engine.heatmap import classify_slide
+
+    features = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    store = _store(coords=np.array([[0, 0], [10, 0], [20, 0]]), features=features)
+    encoder = _FixedText({"a": [1.0, 0.0], "b": [0.0, 1.0], "b2": [0.0, 1.0]})
+    ranked = classify_slide(store, encoder, ["b", "a"], tau_attn=1.0)
+    # query a: alpha = (e, e, 1) / (2e + 1); h = (2e, 1) / (2e + 1); cos(h, a) = 2e / |(2e, 1)|
+    e = math.e
+    score_a = 2 * e / math.hypot(2 * e, 1)
+    # query b: alpha = (1, 1, e) / (2 + e); h = (2, e) / (2 + e); cos(h, b) = e / |(2, e)|
+    score_b = e / math.hypot(2, e)
+    assert [name for name, _ in ranked] == ["a", "b"]
+    assert ranked[0][1] == pytest.approx(score_a, abs=1e-6)
+    assert ranked[1][1] == pytest.approx(score_b, abs=1e-6)
+    grouped = classify_slide(store, encoder, {"A": ["a"], "B": ["b", "b2"]}, tau_attn=1.0)
+    assert dict(grouped)["B"] == pytest.approx(score_b, abs=1e-6)
