@@ -215,3 +215,20 @@ def test_cohort_writes_manifest_labels_and_stratified_splits(tmp_path):
         assert Path(row["slide_path"]).is_file()
         np.testing.assert_array_equal(np.load(row["label_path"]), slide.label_map)
         assert row["classes"].split(";") == list(slide.classes_present)
+
+
+def test_svs_layout_reads_as_aperio_with_same_pixels(tmp_path):
+    generic = make_synthetic_slide(tmp_path / "g.tif", seed=6, size=(1024, 768))
+    aperio = make_synthetic_slide(tmp_path / "a.svs", seed=6, size=(1024, 768), layout="svs")
+    np.testing.assert_array_equal(generic.label_map, aperio.label_map)
+    with tiffslide.TiffSlide(aperio.path) as ts, tiffslide.TiffSlide(generic.path) as tg:
+        assert ts.properties["tiffslide.vendor"] == "aperio"
+        assert ts.properties["tiffslide.mpp-x"] == pytest.approx(0.5)
+        assert ts.level_dimensions == tg.level_dimensions == ((1024, 768), (512, 384))
+        assert set(ts.associated_images) == {"thumbnail", "label"}
+        np.testing.assert_array_equal(
+            ts.read_region((0, 0), 0, (1024, 768), as_array=True),
+            tg.read_region((0, 0), 0, (1024, 768), as_array=True),
+        )
+    with pytest.raises(ValueError, match="layout must be"):
+        make_synthetic_slide(tmp_path / "x.tif", seed=1, size=(256, 256), layout="ome")

@@ -234,6 +234,30 @@ def _halve(image: np.ndarray) -> np.ndarray:
     return ((acc + 2) // 4).astype(np.uint8)
 
 
+def _aperio_description(
+    shape: tuple[int, ...], full: tuple[int, ...], mpp: float | None, compression: str, extra: str
+) -> str:
+    """An Aperio-style ImageDescription: header line, then ``key = value`` fields after '|'."""
+    height, width = shape[:2]
+    fields = [
+        f"{full[1]}x{full[0]} [0,0 {width}x{height}] ({_TILE}x{_TILE}) {compression.upper()}{extra}"
+    ]
+    if mpp is not None:
+        fields += [f"AppMag = {10.0 / mpp:g}", f"MPP = {mpp:g}"]
+    fields.append("Filename = synthetic")
+    return "Aperio Image Library medvl-synthetic\r\n" + "|".join(fields)
+
+
+def _label_image(text: str) -> np.ndarray:
+    """A slide label: white card with a bar pattern derived from ``text``, uint8 [256, 256, 3]."""
+    label = np.full((256, 256, 3), 250, np.uint8)
+    bits = np.unpackbits(np.frombuffer(text.encode()[:24].ljust(24, b"-"), np.uint8))
+    for index, bit in enumerate(bits[:192]):
+        if bit:
+            label[40:120, 32 + index] = 20
+    return label
+
+
 def write_pyramid_tiff(
     path: Path,
     image: np.ndarray,
@@ -241,20 +265,20 @@ def write_pyramid_tiff(
     compression: str = "jpeg",
     min_level_side: int = 512,
     description: str = "",
+    layout: str = "subifd",
 ) -> list[tuple[int, int]]:
-    """Write uint8 [H, W, 3] as a tiled pyramidal TIFF (SubIFDs) atomically.
+    """Write uint8 [H, W, 3] as a tiled pyramidal TIFF atomically; returns (w, h) per level.
 
-    Returns (width, height) of each written level.
+    ``layout="subifd"``: a generic TIFF, reduced levels in SubIFDs, pixel size in the resolution
+    tags. ``layout="svs"``: Aperio-style pages (baseline, thumbnail, levels, label) with the pixel
+    size as ``MPP = ...`` in the ImageDescription, as scanners write it.
     """
+    if layout not in ("subifd", "svs"):
+        raise SyntheticDataError(f"layout must be 'subifd' or 'svs', got {layout!r}")
     levels = [image]
     while max(levels[-1].shape[:2]) > min_level_side and min(levels[-1].shape[:2]) >= 2 * _TILE:
         levels.append(_halve(levels[-1]))
-    options: dict = {
-        "tile": (_TILE, _TILE),
-        "photometric": "rgb",
-        "compression": compression,
-        "metadata": None,
-    }
+    options: dict = {"photometric": "rgb", "compression": compression, "metadata": None}
     if compression == "jpeg":
         options["compressionargs"] = {"level": 90}
     tmp = None
@@ -262,18 +286,21 @@ def write_pyramid_tiff(
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tif", dir=path.parent)
         os.close(fd)
         with tifffile.TiffWriter(tmp) as tif:
-            for index, level in enumerate(levels):
-                extra: dict = {}
-                if mpp is not None:
-                    scale = image.shape[1] / level.shape[1]
-                    extra["resolution"] = (1e4 / (mpp * scale), 1e4 / (mpp * scale))
-                    extra["resolutionunit"] = "CENTIMETER"
-                if index == 0:
-                    extra["subifds"] = len(levels) - 1
-                    extra["description"] = description
-                else:
-                    extra["subfiletype"] = 1
-                tif.write(level, **options, **extra)
+            if layout == "svs":
+                _write_svs_pages(tif, levels, mpp, compression, description, options)
+            else:
+                for index, level in enumerate(levels):
+                    extra: dict = {"tile": (_TILE, _TILE)}
+                    if mpp is not None:
+                        scale = image.shape[1] / level.shape[1]
+                        extra["resolution"] = (1e4 / (mpp * scale), 1e4 / (mpp * scale))
+                        extra["resolutionunit"] = "CENTIMETER"
+                    if index == 0:
+                        extra["subifds"] = len(levels) - 1
+                        extra["description"] = description
+                    else:
+                        extra["subfiletype"] = 1
+                    tif.write(level, **options, **extra)
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:
@@ -288,6 +315,46 @@ def write_pyramid_tiff(
     return [(lvl.shape[1], lvl.shape[0]) for lvl in levels]
 
 
+def _write_svs_pages(
+    tif: tifffile.TiffWriter,
+    levels: list[np.ndarray],
+    mpp: float | None,
+    compression: str,
+    description: str,
+    options: dict,
+) -> None:
+    full = levels[0].shape
+    tif.write(
+        levels[0],
+        tile=(_TILE, _TILE),
+        description=_aperio_description(full, full, mpp, compression, f"|Title = {description}"),
+        **options,
+    )
+    thumbnail = levels[-1]
+    while max(thumbnail.shape[:2]) > 768:
+        thumbnail = _halve(thumbnail)
+    tif.write(
+        thumbnail,
+        description=_aperio_description(thumbnail.shape, full, None, compression, " thumbnail"),
+        **options,
+    )
+    for level in levels[1:]:
+        tif.write(
+            level,
+            tile=(_TILE, _TILE),
+            description=_aperio_description(level.shape, full, mpp, compression, ""),
+            **options,
+        )
+    label_options = {**options, "compression": "deflate"}
+    label_options.pop("compressionargs", None)
+    tif.write(
+        _label_image(description),
+        subfiletype=1,
+        description="Aperio Image Library medvl-synthetic\r\nlabel 256x256",
+        **label_options,
+    )
+
+
 def make_synthetic_slide(
     path: str | Path,
     *,
@@ -299,18 +366,22 @@ def make_synthetic_slide(
     pen_marks: bool = False,
     compression: str = "jpeg",
     slide_id: str | None = None,
+    layout: str = "subifd",
 ) -> SyntheticSlide:
     """Write a deterministic synthetic H&E slide and return it with its ground truth.
 
     ``size`` is (width, height) level-0 px; ``mpp`` the level-0 pixel size in um (None writes no
     resolution, textures are then drawn as if at 0.5 um/px). ``classes`` fixes the tissue classes
-    (default: stroma plus a random subset); ``organ`` one of ``ORGANS`` (default: random). The
-    same arguments give the same bytes.
+    (default: stroma plus a random subset); ``organ`` one of ``ORGANS`` (default: random).
+    ``layout`` "subifd" writes a generic pyramidal TIFF, "svs" an Aperio-style one (see
+    :func:`write_pyramid_tiff`). The same arguments give the same bytes.
     """
     path = Path(path)
     width, height = int(size[0]), int(size[1])
     if width < 64 or height < 64:
         raise SyntheticDataError(f"slide size must be at least 64x64 px, got {size}")
+    if layout not in ("subifd", "svs"):
+        raise SyntheticDataError(f"layout must be 'subifd' or 'svs', got {layout!r}")
     rng = np.random.default_rng(seed)
     organ = organ.lower() if organ else str(ORGANS[int(rng.integers(len(ORGANS)))])
     if organ not in ORGANS:
@@ -326,7 +397,7 @@ def make_synthetic_slide(
     report = make_report(present, rng, organ)
     slide_id = slide_id or path.stem
     description = f"medvl synthetic slide {slide_id}"
-    write_pyramid_tiff(path, image, mpp, compression, description=description)
+    write_pyramid_tiff(path, image, mpp, compression, description=description, layout=layout)
     pen_mask = np.zeros(grid, bool)
     for stroke in pens.values():
         pen_mask |= stroke
