@@ -16,7 +16,14 @@ import numpy as np
 
 from medvl_engine.synthetic._tissue import _smooth_noise
 
-__all__ = ["FINDING_TYPES", "DENSITY_FRACTION", "Lesion", "BreastGeometry", "render_view"]
+__all__ = [
+    "FINDING_TYPES",
+    "DENSITY_FRACTION",
+    "Lesion",
+    "BreastGeometry",
+    "lesion_centre",
+    "render_view",
+]
 
 FINDING_TYPES: tuple[str, ...] = ("mass", "calcification", "architectural distortion", "asymmetry")
 DENSITY_FRACTION: dict[str, float] = {"A": 0.08, "B": 0.28, "C": 0.55, "D": 0.82}
