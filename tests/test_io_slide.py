@@ -312,3 +312,23 @@ def test_dicom_wsi_folder_with_levels_sparse_tiles_and_label(tmp_path):
 def test_dicom_that_is_not_a_slide(sample_file):
     with pytest.raises(UnsupportedFormatError, match=r"^dx_image\.dcm: is a DICOM DX image"):
         open_slide(sample_file("dicom/dx_image.dcm"))
+
+
+def test_opening_reads_metadata_only(tmp_path, monkeypatch):
+    from medvl_engine.io import _tiff
+
+    decoded = []
+    original = _tiff._TiledPageSource._tile
+    monkeypatch.setattr(
+        _tiff._TiledPageSource,
+        "_tile",
+        lambda self, row, col: decoded.append((row, col)) or original(self, row, col),
+    )
+    path = write_svs(tmp_path / "lazy.svs", coordinate_image(960, 960), tile=240)
+    with open_slide(path) as slide:
+        assert slide.levels[0].shape == (960, 960, 3) and slide.thumbnail is not None
+        assert decoded == []
+        slide.read_region((250, 10), 0, (200, 200))  # x 250..449, y 10..209: one tile
+        assert sorted(decoded) == [(0, 1)]
+        np.asarray(slide.levels[0][500:520, 0:960])
+        assert sorted(decoded)[1:] == [(2, 0), (2, 1), (2, 2), (2, 3)]

@@ -88,7 +88,7 @@ class _TiledPageSource:
         return segment.reshape(th, tw, -1)
 
     def _read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
-        out = np.full((y1 - y0, x1 - x0, 3), _WHITE, dtype=np.uint8)
+        out = np.empty((y1 - y0, x1 - x0, 3), dtype=np.uint8)
         if y1 <= y0 or x1 <= x0:
             return out
         th, tw = self.tile_hw
@@ -101,13 +101,14 @@ class _TiledPageSource:
         def place(cell: tuple[int, int]) -> None:
             row, col = cell
             tile = self._tile(row, col)
-            if tile is None:
-                return
             ty0, tx0 = row * th, col * tw
             sy0, sy1 = max(y0, ty0), min(y1, ty0 + th)
             sx0, sx1 = max(x0, tx0), min(x1, tx0 + tw)
-            part = tile[sy0 - ty0 : sy1 - ty0, sx0 - tx0 : sx1 - tx0]
-            out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = to_rgb(part)
+            target = out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0]
+            if tile is None:  # a tile the scanner skipped: background
+                target[...] = _WHITE
+                return
+            target[...] = to_rgb(tile[sy0 - ty0 : sy1 - ty0, sx0 - tx0 : sx1 - tx0])
 
         def place_all(group: list[tuple[int, int]]) -> None:
             for cell in group:
