@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+
 import npe2
 import numpy as np
 import pytest
 from napari.utils.notifications import notification_manager
 
 import _plugin_helpers as helpers
+from napari_medvl._export_widget import ExportWidget
 from napari_medvl._layers import MAMMOGRAM_GAP_PX
 from napari_medvl._topk_widget import TopKWidget
 
@@ -38,6 +41,7 @@ def test_views_opened_one_after_the_other_sit_side_by_side(
 def test_topk_widget_draws_engine_boxes_on_their_source_views(
     make_napari_viewer,
     qtbot,
+    tmp_path,
     mammo_case,
     tiny_topk,
 ):
@@ -68,6 +72,17 @@ def test_topk_widget_draws_engine_boxes_on_their_source_views(
         assert importance.data.shape == (4, 8)  # half of the tiny model's 8 x 8 grid
     assert shown == 5
     assert "cancer:" in widget.readouts.value
+
+    exporter = ExportWidget(viewer)
+    exporter.layer_choice.value = viewer.layers["TopK L boxes CC"]
+    exporter.path.value = tmp_path / "topk.csv"
+    worker = exporter.run()
+    with qtbot.waitSignal(worker.finished, timeout=60_000):
+        pass
+    with open(tmp_path / "topk.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(int(row["rank"]) for row in rows) == [1, 2, 3, 4, 5]
+    assert {row["view"] for row in rows} <= {"CC", "MLO"}
 
 
 def test_topk_without_two_views_says_what_to_do(make_napari_viewer):

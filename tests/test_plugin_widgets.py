@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
 import pytest
 from napari.utils.notifications import notification_manager
+from PIL import Image
 
 import _plugin_helpers as helpers
+from napari_medvl._export_widget import ExportWidget
 from napari_medvl._heatmap_job import FeatureCache
 from napari_medvl._heatmap_widget import HeatmapWidget
 
@@ -73,6 +76,31 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     assert time.perf_counter() - started < 5.0
     assert "heatmap: adipose tissue" in viewer.layers
     assert widget.controls.status.value == "Done."
+
+    # the export dock writes the chosen heatmap through the engine's exporters
+    exporter = ExportWidget(viewer)
+    exporter.layer_choice.value = viewer.layers["heatmap: tumor"]
+    for name in ("tumor.geojson", "tumor.png"):
+        exporter.path.value = tmp_path / name
+        worker = exporter.run()
+        with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS):
+            pass
+        assert exporter.runner.last_error is None, exporter.runner.last_error
+        assert exporter.last_written == tmp_path / name
+    collection = json.loads((tmp_path / "tumor.geojson").read_text())
+    tiles = [f for f in collection["features"] if f["geometry"]["type"] == "Polygon"]
+    assert len(tiles) >= 18 + 3  # one tile per patch plus the three top patches
+    with Image.open(tmp_path / "tumor.png") as image:
+        assert image.mode == "RGB"
+
+    before = len(notification_manager.records)
+    exporter.path.value = tmp_path / "tumor.docx"
+    worker = exporter.run()
+    with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS):
+        pass
+    qtbot.wait(50)
+    assert "unknown file type '.docx'" in notification_manager.records[before].message
+    assert not (tmp_path / "tumor.docx").exists()
 
 
 def test_cancel_stops_the_job_without_adding_layers(

@@ -25,7 +25,14 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
     slide_layers = [slide_data]
     if scene.heatmap is not None:
         slide_layers.extend(
-            heatmap_layers(scene.heatmap, scene.top_patches, slide_frame, scene.prompt)
+            heatmap_layers(
+                scene.heatmap,
+                scene.top_patches,
+                slide_frame,
+                scene.prompt,
+                store=scene.feature_store,
+                slide=slide_data[1]["metadata"]["slide"],
+            )
         )
     mammo_layers: list[LayerData] = []
     if scene.cc_path is not None and scene.mlo_path is not None:
@@ -39,7 +46,10 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
                 view: WorldFrame.from_dict(kwargs["metadata"]["world_frame"])
                 for view, (_, kwargs, _) in zip(("CC", "MLO"), mammo_layers, strict=True)
             }
-            mammo_layers.extend(topk_layers(scene.topk, scene.breast, frames, scene.laterality))
+            sources = {"CC": str(scene.cc_path), "MLO": str(scene.mlo_path)}
+            mammo_layers.extend(
+                topk_layers(scene.topk, scene.breast, frames, scene.laterality, sources=sources)
+            )
     return slide_layers, mammo_layers
 
 

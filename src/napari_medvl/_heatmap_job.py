@@ -52,6 +52,7 @@ class HeatmapOutcome:
     request: HeatmapRequest
     heatmap: Any
     top_patches: Any
+    store: Any = None
     store_path: Path | None = None
     extracted: bool = False
 
@@ -150,7 +151,9 @@ def heatmap_job(
         prompt=prompt_label(request.prompts, request.mode),
     )
     top = top_patches(store, heatmap.scores, n=request.top_n) if request.top_n > 0 else None
-    return HeatmapOutcome(request, heatmap, top, store_path=store_path, extracted=extracted)
+    return HeatmapOutcome(
+        request, heatmap, top, store=store, store_path=store_path, extracted=extracted
+    )
 
 
 def prompt_label(prompts: tuple[str, ...] | list[str], mode: str) -> str:

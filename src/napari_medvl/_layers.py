@@ -346,17 +346,24 @@ def topk_layers(
     breast: Any,
     view_frames: dict[str, WorldFrame],
     laterality: str | None = None,
+    sources: dict[str, str] | None = None,
 ) -> list[LayerData]:
     """Layers for a TopK result: boxes on each source view plus the importance map.
 
     ``result`` follows medvl_engine.models.topksiglip.TopKResult (boxes / ranks / scores
     per view in that view's source px (x0, y0, x1, y1)); ``view_frames`` holds the world
-    frame of the CC and MLO image layers (their side-by-side offsets).
+    frame of the CC and MLO image layers (their side-by-side offsets). The result, the
+    breast image and the ``sources`` (view -> file) stay in each layer's metadata for
+    exports.
     """
+    context = {"medvl_kind": "topk", "topk_result": result, "breast": breast}
+    context["sources"] = dict(sources or {})
     prefix = f"TopK {laterality}" if laterality else "TopK"
     layers = importance_layers(
         result.importance, breast, view_frames, name_prefix=f"{prefix} importance"
     )
+    for _, kwargs, _ in layers:
+        kwargs["metadata"].update(context)
     for view in ("CC", "MLO"):
         if view not in view_frames:
             continue
@@ -372,6 +379,7 @@ def topk_layers(
                 extra_features={"view": [view] * len(result.scores[view])},
             )
         )
+        layers[-1][1]["metadata"].update(context)
     return layers
 
 
@@ -383,12 +391,15 @@ def heatmap_layers(
     colormap: str = "turbo",
     opacity: float = 0.5,
     blending: str = "translucent",
+    store: Any = None,
+    slide: Any = None,
 ) -> list[LayerData]:
     """Image layer of an engine Heatmap plus a shapes layer of its top patches.
 
     The image takes ``heatmap.scale``/``heatmap.translate`` as the engine computed them
     (napari (y, x), in the slide's world units); the top patches (boxes (x0, y0, x1, y1)
-    level-0 px, scores) are drawn through the slide's ``frame``.
+    level-0 px, scores) are drawn through the slide's ``frame``. The feature ``store``
+    and ``slide`` are kept in the heatmap's metadata for exports.
     """
     label = prompt if prompt is not None else heatmap.prompt
     image_kwargs = {
@@ -407,6 +418,9 @@ def heatmap_layers(
             "mode": heatmap.mode,
             "normalize": heatmap.normalize,
             "heatmap": heatmap,
+            "top_patches": top_patches,
+            "feature_store": store,
+            "slide": slide,
             "world_frame": frame.as_dict(),
         },
     }
@@ -427,4 +441,10 @@ def heatmap_result_layers(
         world = frame
     else:
         world = WorldFrame.from_dict(frame)
-    return heatmap_layers(outcome.heatmap, outcome.top_patches, world)
+    return heatmap_layers(
+        outcome.heatmap,
+        outcome.top_patches,
+        world,
+        store=getattr(outcome, "store", None),
+        slide=getattr(getattr(outcome, "request", None), "slide", None),
+    )

@@ -93,7 +93,10 @@ class TopKWidget(Container):
             "MLO": WorldFrame.from_dict(mlo.metadata["world_frame"]),
         }
         laterality = cc.metadata.get("laterality")
-        for layer_data in topk_layers(outcome.result, outcome.breast, frames, laterality):
+        sources = {"CC": cc.metadata.get("path"), "MLO": mlo.metadata.get("path")}
+        for layer_data in topk_layers(
+            outcome.result, outcome.breast, frames, laterality, sources=sources
+        ):
             upsert_layer(self._viewer, layer_data)
         self.readouts.value = format_readouts(outcome.result.zero_shot)
         self.controls.status.value = f"Top {outcome.request.k} patches shown."

@@ -1,0 +1,83 @@
+"""Export an overlay layer to a file through the engine's exporters (no Qt here).
+
+Heatmap layers (made by the heatmap widget or the demo) keep the engine Heatmap,
+its feature store, the slide and the top patches in their metadata; TopK layers
+keep the TopKResult, the breast image and the view files. The file type follows
+the suffix; every write is atomic (the engine writes a temporary file and renames).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+from napari_medvl._progress import Progress
+
+__all__ = [
+    "HEATMAP_SUFFIXES",
+    "TOPK_SUFFIXES",
+    "exportable",
+    "export_job",
+    "export_layer_metadata",
+]
+
+HEATMAP_SUFFIXES = (".png", ".jpg", ".geojson", ".csv", ".tiff", ".npz")
+TOPK_SUFFIXES = (".png", ".geojson", ".csv")
+
+
+def exportable(metadata: dict[str, Any]) -> bool:
+    """True for layers this exporter can write: engine heatmaps and TopK overlays."""
+    kind = metadata.get("medvl_kind")
+    if kind == "heatmap":
+        return metadata.get("heatmap") is not None and metadata.get("feature_store") is not None
+    return kind == "topk" and metadata.get("topk_result") is not None
+
+
+def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
+    """Write the overlay described by a layer's ``metadata`` to ``path``; returns the path."""
+    from medvl_engine.errors import ExportError
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    kind = metadata.get("medvl_kind")
+    allowed = HEATMAP_SUFFIXES if kind == "heatmap" else TOPK_SUFFIXES
+    if not exportable(metadata):
+        raise ExportError(
+            f"Cannot export to {path.name}: the chosen layer is not a MedVL heatmap or TopK "
+            "overlay; choose one made by the heatmap or TopK widget.",
+            path,
+        )
+    if suffix not in allowed:
+        raise ExportError(
+            f"Cannot export to {path.name}: unknown file type '{path.suffix}' for this layer; "
+            f"use one of {', '.join(allowed)}.",
+            path,
+        )
+    if kind == "heatmap":
+        from medvl_engine.export import export_heatmap
+
+        boxes, scores = metadata.get("top_patches") or (None, None)
+        return export_heatmap(
+            path,
+            metadata["heatmap"],
+            metadata["feature_store"],
+            slide=metadata.get("slide"),
+            boxes=boxes,
+            box_scores=scores,
+        )
+    from medvl_engine.models._topk_export import write_topk_outputs
+
+    sources = {view: Path(file) for view, file in metadata.get("sources", {}).items() if file}
+    breast = metadata["breast"]
+    written = write_topk_outputs(metadata["topk_result"], breast.image, sources, [path])
+    return Path(written[0])
+
+
+def export_job(
+    metadata: dict[str, Any], path: str | Path, cancel: threading.Event | None = None
+) -> Generator[Progress, None, Path]:
+    """Generator job around :func:`export_layer_metadata` for the widget's worker."""
+    yield Progress(f"writing {Path(path).name}")
+    return export_layer_metadata(metadata, path)

@@ -1,0 +1,70 @@
+"""Dock widget "Export": a heatmap or TopK layer -> PNG, QuPath GeoJSON, CSV, TIFF or NPZ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from magicgui.widgets import ComboBox, Container, FileEdit
+
+from napari_medvl._export_job import HEATMAP_SUFFIXES, export_job, exportable
+from napari_medvl._notify import report_info
+from napari_medvl._widget_common import JobControls
+
+__all__ = ["ExportWidget"]
+
+
+class ExportWidget(Container):
+    """Writes the chosen overlay layer with the engine's exporters, by file suffix."""
+
+    def __init__(self, napari_viewer: Any) -> None:
+        self._viewer = napari_viewer
+        self.layer_choice = ComboBox(label="layer", choices=self._choices, nullable=True)
+        self.path = FileEdit(
+            label="file",
+            mode="w",
+            filter="*" + " *".join(HEATMAP_SUFFIXES),
+            value=str(Path.home() / "heatmap.geojson"),
+        )
+        self.controls = JobControls(run_text="Export")
+        super().__init__(widgets=[self.layer_choice, self.path, self.controls])
+        self.last_written: Path | None = None
+        self.runner = self.controls.bind(self._written)
+        self.controls.run_button.changed.connect(self.run)
+        for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
+            event.connect(self._refresh_choices)
+        self._refresh_choices()
+
+    def _choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
+        return [
+            (layer.name, layer)
+            for layer in self._viewer.layers
+            if exportable(getattr(layer, "metadata", {}))
+        ]
+
+    def _refresh_choices(self, _event: Any = None) -> None:
+        self.layer_choice.reset_choices()
+        if self.layer_choice.value is None and self.layer_choice.choices:
+            self.layer_choice.value = self.layer_choice.choices[-1]
+
+    def run(self, _value: Any = None) -> Any:
+        """Start writing the chosen layer to the chosen file; returns the worker or None."""
+        from medvl_engine.errors import ExportError
+
+        from napari_medvl._notify import report_error
+
+        layer = self.layer_choice.value
+        if layer is None:
+            report_error(
+                ExportError(
+                    "Nothing to export: run the heatmap or TopK widget first, then choose its "
+                    "layer here."
+                )
+            )
+            return None
+        return self.runner.start(export_job, dict(layer.metadata), Path(self.path.value))
+
+    def _written(self, path: Path) -> None:
+        self.last_written = Path(path)
+        self.controls.status.value = f"Wrote {Path(path).name}."
+        report_info(f"Wrote {path}")
