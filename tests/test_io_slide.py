@@ -332,3 +332,11 @@ def test_opening_reads_metadata_only(tmp_path, monkeypatch):
         assert sorted(decoded) == [(0, 1)]
         np.asarray(slide.levels[0][500:520, 0:960])
         assert sorted(decoded)[1:] == [(2, 0), (2, 1), (2, 2), (2, 3)]
+
+
+def test_reading_after_close_says_so(tmp_path):
+    path = write_pyramid_tiff(tmp_path / "c.tif", pyramid(coordinate_image(300, 300), 2))
+    with open_slide(path) as slide:
+        level = slide.levels[0]
+    with pytest.raises(MedVLError, match=r"^c\.tif: the slide was closed"):
+        level[:10, :10].compute()

@@ -20,6 +20,7 @@ import numpy as np
 from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
 from medvl_engine.io._levels import (
     LazyImages,
+    closed_error,
     decode_pool,
     decode_workers,
     to_rgb,
@@ -192,6 +193,8 @@ class _FrameSource:
 
     def _frame(self, index: int) -> np.ndarray:
         offset, count = self.ranges[index]
+        if self.fd < 0:
+            raise closed_error(self.path)
         data = os.pread(self.fd, count, offset)
         if len(data) != count:
             raise ValueError("frame data ends before its recorded length")

@@ -27,6 +27,7 @@ __all__ = [
     "PixelSource",
     "as_dask_level",
     "chunk_grid",
+    "closed_error",
     "decode_pool",
     "decode_workers",
     "to_rgb",
@@ -88,6 +89,12 @@ def to_rgb(pixels: np.ndarray) -> np.ndarray:
         rgb = pixels[..., :3].astype(np.uint16)
         return ((rgb * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
     return pixels[..., :3]
+
+
+def closed_error(path: os.PathLike | str) -> MedVLError:
+    """The error for reading pixels of a slide after ``close()``."""
+    name = os.path.basename(os.fspath(path))
+    return MedVLError(f"{name}: the slide was closed; open it again to read its pixels.", path)
 
 
 def wrap_decode_errors(path: os.PathLike | str, level: int) -> Callable:

@@ -21,6 +21,7 @@ import numpy as np
 from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
 from medvl_engine.io._levels import (
     LazyImages,
+    closed_error,
     decode_pool,
     decode_workers,
     to_rgb,
@@ -40,9 +41,12 @@ class _FileReader:
     """Thread-safe positional reads of one file (``os.pread`` on a private descriptor)."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.fd = os.open(path, os.O_RDONLY)
 
     def read(self, offset: int, count: int) -> bytes:
+        if self.fd < 0:
+            raise closed_error(self.path)
         return os.pread(self.fd, count, offset)
 
     def close(self) -> None:
