@@ -1,4 +1,4 @@
-"""breast_image: crop, flip, rotation, CC-over-MLO stacking and the exact mapping back to sources."""
+"""breast_image: crop, flip, rotation, CC-over-MLO stacking, exact mapping back to sources."""
 
 from __future__ import annotations
 
