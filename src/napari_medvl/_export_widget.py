@@ -50,7 +50,6 @@ class ExportWidget(Container):
     def run(self, _value: Any = None) -> Any:
         """Start writing the chosen layer to the chosen file; returns the worker or None."""
         from medvl_engine.errors import ExportError
-
         from napari_medvl._notify import report_error
 
         layer = self.layer_choice.value

@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 SAMPLE_SLIDE_SIZE = (4096, 3072)
+SAMPLE_SLIDE_CLASSES = ("tumor", "stroma", "lymphocytes", "adipose", "necrosis")
 SAMPLE_SEED = 7
 _SAMPLE_VERSION = "v1"
 
@@ -58,7 +59,11 @@ def ensure_sample_slide() -> Path:
 
     def make(folder: Path) -> dict:
         made = make_synthetic_slide(
-            folder / "synthetic-he.tiff", seed=SAMPLE_SEED, size=SAMPLE_SLIDE_SIZE, mpp=0.5
+            folder / "synthetic-he.tiff",
+            seed=SAMPLE_SEED,
+            size=SAMPLE_SLIDE_SIZE,
+            mpp=0.5,
+            classes=SAMPLE_SLIDE_CLASSES,
         )
         return {"slide": Path(made.path).name, "report": made.report}
 
@@ -71,7 +76,7 @@ def ensure_sample_mammograms() -> tuple[Path, Path]:
     from medvl_engine.synthetic import make_mammogram_case
 
     def make(folder: Path) -> dict:
-        case = make_mammogram_case(folder, seed=SAMPLE_SEED, laterality="L")
+        case = make_mammogram_case(folder, seed=SAMPLE_SEED, laterality="L", findings=["mass"])
         return {
             "cc": Path(case.cc_path).name,
             "mlo": Path(case.mlo_path).name,
