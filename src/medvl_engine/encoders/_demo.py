@@ -144,12 +144,23 @@ def _captions(rng: np.random.Generator) -> tuple[list[str], list[list[str]]]:
                 texts.append(template.format(synonym))
                 classes.append([class_name])
     tissue = [c for c in synthetic.TISSUE_CLASSES if c != "background"]
-    for _ in range(60):
+    for _ in range(40):
         present = list(rng.choice(tissue, size=int(rng.integers(1, 4)), replace=False))
         organ = synthetic.ORGANS[int(rng.integers(len(synthetic.ORGANS)))]
         texts.append(synthetic.make_report(present, rng, organ))
         classes.append(present)
     return texts, classes
+
+
+def _encode_by_length(tower: TextTower, texts: list[str], batch: int = 64) -> torch.Tensor:
+    """Pooled text embeddings [T, E] in input order, batching texts of similar length together."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    pooled = torch.empty(len(texts), tower.output_dim)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch):
+            chunk = order[start : start + batch]
+            pooled[chunk] = tower.encode([texts[i] for i in chunk]).float()
+    return pooled
 
 
 def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
@@ -186,8 +197,7 @@ def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
     backbone = AutoModel.from_pretrained(text_folder, local_files_only=True)
     tower = TextTower(backbone, tokenizer, pooling="mean", normalize_pooled=True, max_length=128)
     texts, caption_classes = _captions(rng)
-    with torch.inference_mode():
-        pooled = torch.cat([tower.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+    pooled = _encode_by_length(tower, texts)
     targets = torch.stack(
         [
             torch.nn.functional.normalize(torch.stack([centroids[c] for c in names]).mean(0), dim=0)
