@@ -24,7 +24,10 @@ def test_demo_writes_heatmap_and_topk_files_that_open(
     tmp_path, capsys, headless, medvl_cache, tiny_topk
 ):
     out = tmp_path / "demo"
-    status = main(["demo", "--out", str(out), "--topk-model", str(tiny_topk), "--k", "4"])
+    status = main(
+        ["demo", "--out", str(out), "--topk-model", str(tiny_topk), "--k", "4"]
+        + ["--slide-size", "2048x1344"]
+    )
     assert status == 0
     printed = capsys.readouterr().out
     for name in ("heatmap.png", "heatmap.geojson", "top_patches.csv", "heatmap.tiff"):
@@ -66,6 +69,8 @@ def test_demo_runs_end_to_end_when_models_are_missing(tmp_path, capsys, headless
             str(tmp_path / "no-encoder"),
             "--topk-model",
             str(tmp_path / "no-topk"),
+            "--slide-size",
+            "1024x768",
         ]
     )
     assert status == 0

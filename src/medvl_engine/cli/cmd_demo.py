@@ -35,8 +35,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--k", type=int, default=15, help="TopK patches per breast")
     parser.add_argument(
+        "--slide-size",
+        type=_size,
+        default=DEMO_SLIDE_SIZE,
+        metavar="WxH",
+        help="synthetic slide size in level-0 px (default 3072x2048)",
+    )
+    parser.add_argument(
         "--headless", action="store_true", help="write files even when a display is available"
     )
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT, e.g. 3072x2048") from None
+    if width < 256 or height < 256:
+        raise argparse.ArgumentTypeError(f"slide size {text} is too small; use at least 256x256")
+    return width, height
 
 
 def display_available() -> bool:
@@ -73,15 +90,15 @@ def _say(message: str) -> None:
     print(f"medvl demo: {message}", flush=True)
 
 
-def _make_inputs(scene_out: Path) -> tuple[Path, Any]:
+def _make_inputs(scene_out: Path, slide_size: tuple[int, int]) -> tuple[Path, Any]:
     from medvl_engine.synthetic import make_synthetic_slide
 
     inputs = scene_out / "inputs"
     inputs.mkdir(parents=True, exist_ok=True)
-    slide_path = inputs / "synthetic-he.tiff"
+    slide_path = inputs / f"synthetic-he-{slide_size[0]}x{slide_size[1]}.tiff"
     if not slide_path.is_file():
         make_synthetic_slide(
-            slide_path, seed=DEMO_SEED, size=DEMO_SLIDE_SIZE, mpp=0.5, classes=DEMO_SLIDE_CLASSES
+            slide_path, seed=DEMO_SEED, size=slide_size, mpp=0.5, classes=DEMO_SLIDE_CLASSES
         )
     case = None
     try:
@@ -143,11 +160,18 @@ def _run_mammography(scene: DemoScene, model: str, k: int) -> None:
         scene.notes.append(f"TopK skipped: {error}")
 
 
-def build_scene(out: Path, prompt: str, model: str, topk_model: str, k: int) -> DemoScene:
+def build_scene(
+    out: Path,
+    prompt: str,
+    model: str,
+    topk_model: str,
+    k: int,
+    slide_size: tuple[int, int] = DEMO_SLIDE_SIZE,
+) -> DemoScene:
     """Make the demo inputs in ``out`` and run every available model on them."""
     out.mkdir(parents=True, exist_ok=True)
     _say(f"making synthetic slide and mammograms in {out / 'inputs'}")
-    slide_path, case = _make_inputs(out)
+    slide_path, case = _make_inputs(out, slide_size)
     scene = DemoScene(out=out, slide_path=slide_path, prompt=prompt)
     if case is not None:
         scene.cc_path, scene.mlo_path = Path(case.cc_path), Path(case.mlo_path)
@@ -158,7 +182,7 @@ def build_scene(out: Path, prompt: str, model: str, topk_model: str, k: int) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    scene = build_scene(args.out, args.prompt, args.model, args.topk_model, args.k)
+    scene = build_scene(args.out, args.prompt, args.model, args.topk_model, args.k, args.slide_size)
     for note in scene.notes:
         _say(note)
     if display_available() and not args.headless:
