@@ -182,3 +182,24 @@ def test_demo_model_is_a_saved_folder_whose_text_finds_its_tissue():
     accuracy = float(((image @ text.T).argmax(1).numpy() == labels).mean())
     assert accuracy >= 0.9
     assert set(classes) <= set(TISSUE_CLASSES)
+
+
+def test_hub_id_resolves_from_the_local_cache_offline(monkeypatch, tmp_path, clip_folder):
+    import shutil
+
+    hub = tmp_path / "hf" / "hub"
+    repo = hub / "models--someone--tiny-clip"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    shutil.copytree(clip_folder, snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))  # read at import
+    encoder = load_encoder("someone/tiny-clip")
+    patches = _patches()
+    torch.testing.assert_close(
+        encoder.encode_patches(patches), load_encoder(clip_folder).encode_patches(patches)
+    )
+    assert encoder.name == "someone/tiny-clip"
