@@ -115,3 +115,38 @@ def test_sample_film_mammogram_is_cropped_to_the_breast(sample_file):
     assert x0 == 0 and x1 < 2600  # the film's dark background on the right is cut away
     assert not result.placements["MLO"].flipped  # a left breast, chest wall already on the left
     assert result.image.shape == (1536, 1536)
+
+
+@pytest.mark.parametrize(
+    ("laterality", "photometric"), [("L", "MONOCHROME1"), ("R", "MONOCHROME2")]
+)
+def test_synthetic_dicom_case_boxes_land_on_their_lesions(tmp_path, laterality, photometric):
+    from medvl_engine.synthetic import make_mammogram_case
+
+    case = make_mammogram_case(
+        tmp_path, seed=11, laterality=laterality, findings=["mass"], photometric=photometric
+    )
+    cc, mlo = open_mammogram(case.cc_path), open_mammogram(case.mlo_path)
+    assert (cc.laterality, cc.view, mlo.view) == (laterality, "CC", "MLO")
+    result = breast_image(cc, mlo)
+    for view, offset in (("CC", 0), ("MLO", 768)):
+        placement = result.placements[view]
+        assert placement.flipped == (laterality == "R")
+        source = cc if view == "CC" else mlo
+        mask = case.breast_masks.get(view)
+        if mask is not None:  # the crop keeps all visible breast tissue
+            rows, cols = np.nonzero(mask & (source.pixels > 0.1))
+            x0, y0, x1, y1 = placement.crop
+            assert x0 <= cols.min() and cols.max() < x1
+            assert y0 <= rows.min() and rows.max() < y1
+        for box in case.boxes[view]:
+            sx0, sy0, sx1, sy1 = box
+            lesion_source = source.pixels[sy0:sy1, sx0:sx1].mean()
+            mapped = np.round(result.boxes_from_source(view, [box])[0]).astype(int)
+            bx0, by0, bx1, by1 = mapped
+            assert offset <= by0 < by1 <= offset + 768
+            lesion_image = result.image[by0:by1, bx0:bx1].mean()
+            # the same structure: the mapped box holds what the source box held
+            assert lesion_image == pytest.approx(lesion_source, abs=0.05)
+            ring = result.image[max(by0 - 20, offset) : by1 + 20, max(bx0 - 20, 0) : bx1 + 20]
+            assert lesion_image > ring.mean()

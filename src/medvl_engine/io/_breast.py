@@ -40,6 +40,7 @@ VIEWS = ("CC", "MLO")
 _MASK_MAX_PX = 512
 _OPENING_STEPS = 4
 """Opening radius (px of the 512-px mask) that cuts film edges and markers off the breast."""
+_SKIN_FRACTION = 0.1
 
 
 @dataclass
@@ -100,14 +101,14 @@ def _map_boxes(matrix: np.ndarray, boxes: Any) -> np.ndarray:
     return np.column_stack([np.minimum(a, b), np.maximum(a, b)])
 
 
-def _threshold(small: np.ndarray) -> float | None:
-    """Halfway between the background level (5th percentile) and Otsu's threshold."""
+def _threshold(small: np.ndarray, fraction: float = 0.5) -> float | None:
+    """``fraction`` of the way from the background level (5th percentile) to Otsu's threshold."""
     from skimage.filters import threshold_otsu
 
     low = float(np.percentile(small, 5))
     if float(small.max()) <= low:
         return None
-    return low + 0.5 * (float(threshold_otsu(small)) - low)
+    return low + fraction * (float(threshold_otsu(small)) - low)
 
 
 def breast_mask(pixels: np.ndarray) -> tuple[np.ndarray, int, float | None]:
@@ -134,8 +135,9 @@ def _crop_box(pixels: np.ndarray) -> tuple[tuple[int, int, int, int], np.ndarray
     """Crop (x0, y0, x1, y1) source px around the breast and the full-resolution mask inside it.
 
     The component is found on a downsampled copy; its bounding box is then
-    refined at full resolution (pixels above the threshold that lie within one
-    coarse cell of the component), so mirrored inputs give mirrored crops.
+    refined at full resolution with a lower threshold (a tenth of the way to
+    Otsu's, so the faint skin line stays in) among pixels near the component
+    (within the opening radius plus one coarse cell); mirrored inputs give mirrored crops.
     """
     from scipy import ndimage
 
@@ -143,7 +145,11 @@ def _crop_box(pixels: np.ndarray) -> tuple[tuple[int, int, int, int], np.ndarray
     height, width = pixels.shape
     if threshold is None:
         return (0, 0, width, height), np.ones((height, width), bool)
-    near = ndimage.binary_dilation(coarse, structure=np.ones((3, 3), bool))
+    threshold = _threshold(pixels[::step, ::step].astype(np.float32), _SKIN_FRACTION)
+    # the opening eroded up to _OPENING_STEPS cells where the breast meets the image edge
+    near = ndimage.binary_dilation(
+        coarse, structure=np.ones((3, 3), bool), iterations=_OPENING_STEPS + 1
+    )
     near = np.repeat(np.repeat(near, step, axis=0), step, axis=1)
     padded = np.zeros((height, width), bool)
     padded[: min(height, near.shape[0]), : min(width, near.shape[1])] = near[:height, :width]
