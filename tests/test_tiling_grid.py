@@ -197,3 +197,19 @@ def test_errors_are_medvl_errors_and_value_errors(all_classes):
         patch_grid(slide, stride=0)
     with pytest.raises(ValueError):
         patch_grid(slide, stride=-3)
+
+
+def test_real_he_slide_mask_keeps_stained_tissue_and_drops_glass(sample_file):
+    path = sample_file("slides/CMU-1-Small-Region.svs")
+    with open_slide(path) as slide:
+        mask, downsample = tissue_mask(slide)
+        rgb = slide.thumbnail(1024)
+        grid = patch_grid(slide, mask=(mask, downsample))
+    assert mask.shape == rgb.shape[:2]
+    top, bottom = rgb.max(axis=2).astype(float), rgb.min(axis=2).astype(float)
+    stained = (top - bottom) / np.maximum(top, 1) > 0.3
+    glass = bottom > 225
+    assert mask[stained].mean() > 0.95
+    assert mask[glass].mean() < 0.1
+    assert 0.2 < mask.mean() < 0.6
+    assert len(grid) >= 8 and grid.patch_size_level0 == 449

@@ -144,8 +144,10 @@ def make_label_map(
     return labels
 
 
-def _pen_strokes(rng: np.random.Generator, shape: tuple[int, int]) -> dict[str, np.ndarray]:
-    """One to three thick ink curves of different colours, bool [h_m, w_m] per colour."""
+def _pen_strokes(
+    rng: np.random.Generator, shape: tuple[int, int], um_per_cell: float
+) -> dict[str, np.ndarray]:
+    """One to three marker curves (about 70 um wide) of different colours, bool [h_m, w_m] each."""
     height, width = shape
     colours = list(_PEN_TRANSMISSION)
     strokes: dict[str, np.ndarray] = {}
@@ -162,7 +164,7 @@ def _pen_strokes(rng: np.random.Generator, shape: tuple[int, int]) -> dict[str, 
         rows = np.clip(np.round(points[:, 0]).astype(int), 0, height - 1)
         cols = np.clip(np.round(points[:, 1]).astype(int), 0, width - 1)
         canvas[rows, cols] = False
-        width_px = max(2.0, 0.012 * min(shape))
+        width_px = max(2.0, 35.0 / um_per_cell)
         strokes[str(colour)] = ndimage.distance_transform_edt(canvas) <= width_px
     return strokes
 
@@ -390,7 +392,7 @@ def make_synthetic_slide(
     downsample = _label_downsample(width, height)
     grid = (-(-height // downsample), -(-width // downsample))
     labels = make_label_map(grid, chosen, rng)
-    pens = _pen_strokes(rng, grid) if pen_marks else {}
+    pens = _pen_strokes(rng, grid, (mpp or 0.5) * downsample) if pen_marks else {}
     stain = random_stain(rng)
     image = paint_slide(labels, downsample, (width, height), rng, stain, mpp or 0.5, pens)
     present = tuple(TISSUE_CLASSES[i] for i in np.unique(labels) if i != 0)
