@@ -147,3 +147,28 @@ def test_bad_input_exits_2_with_one_sentence(slide_path, tmp_path, capsys, argv,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("medvl: error: ") and message in err[0]
     assert "Traceback" not in err[0]
+
+
+def test_export_converts_a_saved_heatmap_without_a_model(slide_path, tmp_path, capsys):
+    from medvl_engine.export import load_heatmap_npz
+
+    saved = tmp_path / "h.npz"
+    assert main(["heatmap", str(slide_path), "--prompt", "tumor", "--out", str(saved)]) == 0
+    heatmap, layout = load_heatmap_npz(saved)
+    assert layout.mpp == (0.5, 0.5) and layout.slide_dimensions == (2048, 2048)
+    outputs = [tmp_path / "again.geojson", tmp_path / "again.tiff", tmp_path / "top.csv"]
+    argv = ["export", str(saved), "--geojson-style", "contours", "--top", "2"]
+    for out in outputs:
+        argv += ["--out", str(out)]
+    assert main(argv) == 0
+    document = json.loads(outputs[0].read_text())
+    kinds = {f["geometry"]["type"] for f in document["features"]}
+    assert kinds == {"MultiPolygon", "Polygon"}  # contours + the two top boxes
+    rows = outputs[2].read_text().splitlines()
+    assert len(rows) == 3 and float(rows[1].split(",")[5]) == pytest.approx(heatmap.scores.max())
+    from medvl_engine.io.slide import open_slide
+
+    with open_slide(outputs[1]) as tiff:
+        assert tiff.mpp is not None
+    assert main(["export", str(tmp_path / "missing.npz"), "--out", str(tmp_path / "x.csv")]) == 2
+    assert "missing.npz does not exist" in capsys.readouterr().err

@@ -13,9 +13,21 @@ from medvl_engine._atomic import atomic_write
 __all__ = ["write_boxes_csv", "write_npz", "write_patches_csv"]
 
 
-def write_npz(path: str | Path, heatmap: Any, coords: np.ndarray, patch_size_level0: int) -> Path:
-    """Scores [N], coords [N, 2] (x, y) level-0 px, the grid and its world transform."""
+def write_npz(
+    path: str | Path,
+    heatmap: Any,
+    coords: np.ndarray,
+    patch_size_level0: int,
+    mpp: tuple[float, float] | None = None,
+    slide_dimensions: tuple[int, int] | None = None,
+) -> Path:
+    """Scores [N], coords [N, 2] (x, y) level-0 px, the grid and its world transform.
+
+    ``mpp`` is stored as NaN and ``slide_dimensions`` as -1 when unknown.
+    """
     arrays = {
+        "mpp": np.asarray(mpp if mpp is not None else (np.nan, np.nan), np.float64),
+        "slide_dimensions": np.asarray(slide_dimensions or (-1, -1), np.int64),
         "scores": np.asarray(heatmap.scores, np.float32),
         "coords": np.asarray(coords, np.int64),
         "patch_size_level0": np.int64(patch_size_level0),

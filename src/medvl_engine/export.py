@@ -7,6 +7,7 @@ leaves a partial file. :func:`export_heatmap` picks the format from the file suf
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +22,19 @@ from medvl_engine._export_geojson import (
 from medvl_engine._export_image import composite_image, write_image
 from medvl_engine._export_tables import write_boxes_csv, write_npz, write_patches_csv
 from medvl_engine._export_tiff import write_heatmap_tiff
-from medvl_engine.errors import ExportError
+from medvl_engine.errors import CorruptFileError, ExportError
 from medvl_engine.features import FeatureStore
 from medvl_engine.heatmap import Heatmap
 
 __all__ = [
     "EXPORT_SUFFIXES",
+    "PatchLayout",
     "boxes_geojson",
     "composite_image",
     "export_heatmap",
     "heatmap_contours_geojson",
     "heatmap_tiles_geojson",
+    "load_heatmap_npz",
     "write_boxes_csv",
     "write_geojson",
     "write_heatmap_tiff",
@@ -43,10 +46,61 @@ __all__ = [
 EXPORT_SUFFIXES = (".geojson", ".json", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".npz", ".csv")
 
 
+@dataclass
+class PatchLayout:
+    """Where the scored patches lie, without their features (what exports need of a store).
+
+    ``coords`` int64 [N, 2] (x, y) level-0 px top-left; ``mpp`` (x, y) um per level-0 px.
+    """
+
+    coords: np.ndarray
+    patch_size_level0: int
+    mpp: tuple[float, float] | None = None
+    slide_dimensions: tuple[int, int] | None = None
+
+
+def load_heatmap_npz(path: str | Path) -> tuple[Heatmap, PatchLayout]:
+    """Read back a heatmap written as .npz by :func:`export_heatmap`."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            values = {key: data[key] for key in data.files}
+        mpp = tuple(float(v) for v in values["mpp"])
+        dims = tuple(int(v) for v in values["slide_dimensions"])
+        heatmap = Heatmap(
+            grid=values["grid"].astype(np.float32),
+            scores=values["scores"].astype(np.float32),
+            origin_level0=tuple(int(v) for v in values["origin_level0"]),
+            cell_size_level0=int(values["cell_size_level0"]),
+            scale=tuple(float(v) for v in values["scale"]),
+            translate=tuple(float(v) for v in values["translate"]),
+            units=str(values["units"]),
+            mode=str(values["mode"]),
+            normalize=str(values["normalize"]),
+            prompt=str(values["prompt"]),
+            value_range=tuple(float(v) for v in values["value_range"]),
+        )
+        layout = PatchLayout(
+            coords=values["coords"].astype(np.int64),
+            patch_size_level0=int(values["patch_size_level0"]),
+            mpp=None if any(np.isnan(mpp)) else mpp,
+            slide_dimensions=None if dims[0] < 0 else dims,
+        )
+    except FileNotFoundError as error:
+        raise ExportError(f"Heatmap file {path} does not exist; check the path.", path) from error
+    except (OSError, ValueError, KeyError) as error:
+        raise CorruptFileError(
+            f"{path.name} is not a heatmap .npz written by medvl ({type(error).__name__}: "
+            f"{error}); write it again with `medvl heatmap --out FILE.npz`.",
+            path,
+        ) from error
+    return heatmap, layout
+
+
 def export_heatmap(
     path: str | Path,
     heatmap: Heatmap,
-    store: FeatureStore,
+    store: FeatureStore | PatchLayout,
     *,
     slide: Any = None,
     boxes: np.ndarray | None = None,
@@ -114,7 +168,14 @@ def export_heatmap(
             colormap=colormap,
         )
     if suffix == ".npz":
-        return write_npz(path, heatmap, store.coords, store.patch_size_level0)
+        return write_npz(
+            path,
+            heatmap,
+            store.coords,
+            store.patch_size_level0,
+            store.mpp,
+            store.slide_dimensions,
+        )
     if suffix == ".csv":
         if boxes is not None:
             return write_boxes_csv(path, boxes, box_scores, prompt)

@@ -168,17 +168,17 @@ def similarity_map(
     )
 
 
-def top_patches(
-    store: FeatureStore, scores: np.ndarray, n: int = 10
-) -> tuple[np.ndarray, np.ndarray]:
+def top_patches(store: Any, scores: np.ndarray, n: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """The ``n`` highest-scoring patches, best first (CLAM's top-k sampling); NaN never qualifies.
 
+    ``store`` is a FeatureStore (or anything with ``coords`` [N, 2] and ``patch_size_level0``).
     Returns boxes int64 [n, 4] as (x0, y0, x1, y1) level-0 px and their scores float32 [n].
     """
     scores = np.asarray(scores, dtype=np.float32)
-    if scores.shape != (store.n_patches,):
+    n_patches = len(store.coords)
+    if scores.shape != (n_patches,):
         raise DataError(
-            f"Got {scores.shape[0]} scores for a feature store of {store.n_patches} patches; "
+            f"Got {scores.size} scores for a feature store of {n_patches} patches; "
             "score the same store you pass."
         )
     valid = np.flatnonzero(np.isfinite(scores))
