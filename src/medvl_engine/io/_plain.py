@@ -29,6 +29,12 @@ def pil_image_size(path: Path) -> tuple[int, int]:
     try:
         with Image.open(path) as image:
             return int(image.width), int(image.height)
+    except Image.DecompressionBombError as error:
+        raise UnsupportedFormatError(
+            f"{path.name}: a plain image this large cannot be decoded in one piece ({error}); "
+            "convert it to a tiled pyramidal TIFF.",
+            path,
+        ) from error
     except UnidentifiedImageError as error:
         raise UnsupportedFormatError(
             f"{path.name}: not an image format the engine reads; use SVS, NDPI, TIFF, "
