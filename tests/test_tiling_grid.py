@@ -213,3 +213,31 @@ def test_real_he_slide_mask_keeps_stained_tissue_and_drops_glass(sample_file):
     assert mask[glass].mean() < 0.1
     assert 0.2 < mask.mean() < 0.6
     assert len(grid) >= 8 and grid.patch_size_level0 == 449
+
+
+def test_dark_field_scan_masks_the_shining_tissue(folder):
+    rng = np.random.default_rng(3)
+    yy, xx = np.mgrid[:768, :1024]
+    blob = ((yy - 384) / 250.0) ** 2 + ((xx - 500) / 330.0) ** 2 < 1.0
+    image = np.zeros((768, 1024, 3), np.uint8)
+    image[..., 2] = np.where(blob, 40 + 120 * (rng.uniform(size=blob.shape) < 0.4), 4)
+    image[..., 0] = 2
+    path = folder / "dapi.tif"
+    tifffile.imwrite(
+        path,
+        image,
+        tile=(256, 256),
+        photometric="rgb",
+        resolution=(2e4, 2e4),
+        resolutionunit="CENTIMETER",
+    )
+    with open_slide(path) as slide:
+        mask, _ = tissue_mask(slide)
+    assert _iou(mask, blob) > 0.9
+
+
+def test_real_fluorescence_ndpi_gets_a_mask_and_patches(sample_file):
+    with open_slide(sample_file("slides/test3-DAPI-2.ndpi")) as slide:
+        mask, downsample = tissue_mask(slide)
+        assert 0.5 < mask.mean() < 0.95
+        assert len(patch_grid(slide, mask=(mask, downsample))) > 10

@@ -69,6 +69,12 @@ def _channel_min(rgb: np.ndarray) -> np.ndarray:
     return np.minimum(np.minimum(rgb[..., 0], rgb[..., 1]), rgb[..., 2])
 
 
+def _is_dark_field(brightness: np.ndarray) -> bool:
+    """True when the image border (the glass) is dark: a fluorescence scan, not brightfield."""
+    border = np.concatenate([brightness[0], brightness[-1], brightness[:, 0], brightness[:, -1]])
+    return float(np.median(border)) < 60.0
+
+
 def _otsu(values: np.ndarray, bins: int = 256) -> float:
     """Otsu's threshold of values in [0, 1] (maximises between-class variance)."""
     hist, edges = np.histogram(values, bins=bins, range=(0.0, 1.0))
@@ -139,6 +145,8 @@ def tissue_mask(
     closing by a disk of ``close_um``, holes up to ``max_hole_um2`` filled, objects under
     ``min_object_um2`` (or a twentieth of the image, if less) dropped. Without an mpp the um
     sizes are taken at 0.5 um/px.
+    On a dark-field (fluorescence) scan, recognised by a dark image border, brightness takes the
+    place of saturation and pen detection is off.
     Mask pixel (r, c) covers level-0 x in [c * downsample, (c + 1) * downsample), likewise y.
     """
     rgb = np.asarray(slide.thumbnail(max_px))[..., :3]
@@ -147,8 +155,13 @@ def tissue_mask(
     um_per_px = (_slide_mpp(slide) or _FALLBACK_MPP) * downsample
 
     top, bottom = _channel_max(rgb), _channel_min(rgb)
-    saturation = (top - bottom).astype(np.float32) / np.maximum(top, 1).astype(np.float32)
-    saturation = ndimage.gaussian_filter(saturation, 1.0)
+    if _is_dark_field(top):
+        # fluorescence: tissue is what shines; there is no stain saturation and no pen ink
+        signal = top.astype(np.float32) / 255.0
+        exclude_pen = False
+    else:
+        signal = (top - bottom).astype(np.float32) / np.maximum(top, 1).astype(np.float32)
+    saturation = ndimage.gaussian_filter(signal, 1.0)
     ink = pen_mask(rgb) if exclude_pen else np.zeros(rgb.shape[:2], bool)
     if ink.any():
         # marker strokes are wide; dark nuclei and their small clusters are not
