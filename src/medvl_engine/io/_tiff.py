@@ -342,9 +342,12 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
         parts.mpp = _ome_mpp(slide.ts_tifffile.ome_metadata, series_index)
     parts.objective_power = _float_or_none(properties.get("tiffslide.objective-power"))
 
+    ignored_mpp = parts.mpp is None
     for key, value in properties.items():
         if key.startswith("tiffslide.level[") or value is None:
             continue
+        if ignored_mpp and key in ("tiffslide.mpp-x", "tiffslide.mpp-y"):
+            key = key.replace("tiffslide.", "medvl.ignored-")  # a 72-dpi style default
         target = parts.private_properties if _is_private(key, value) else parts.properties
         target[key] = value if isinstance(value, (int, float, str, bool)) else str(value)
 
