@@ -2,10 +2,13 @@
 
 A *source* is any object with ``shape`` (H, W, 3), ``dtype`` uint8 and a
 ``read(y0, y1, x0, x1)`` method returning that window as a numpy array
-[y1 - y0, x1 - x0, 3] (rows, columns in the level's own pixel frame). Dask
-calls it once per chunk; a chunk holds several native tiles, decoded together
-in a shared thread pool, so that per-task scheduling overhead stays small
-against the decode work.
+[y1 - y0, x1 - x0, 3] (rows, columns in the level's own pixel frame).
+
+Chunk boundaries fall on native tile boundaries, and a chunk holds many tiles
+(about CHUNK_TARGET_PX a side): dask fuses a slice of a level into the chunk's
+read, so a request such as ``level[y:y + 2048, x:x + 2048]`` decodes only the
+tiles it touches, in a shared thread pool, while the number of dask tasks (each
+costing milliseconds of scheduling and a copy) stays small.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ __all__ = [
 ]
 
 CHUNK_TARGET_PX = 4096
-"""Preferred chunk side (px): several native tiles per dask task."""
+"""Preferred chunk side (px); a whole multiple of the native tile size."""
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
