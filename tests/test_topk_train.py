@@ -165,3 +165,22 @@ def test_linear_probe_separable():
     x = torch.randn(60, 8, generator=gen) * 0.1
     x[torch.arange(60), labels] += 1.0
     assert linear_probe_auroc(x[:40], labels[:40].numpy(), x[40:], labels[40:].numpy(), 3) > 0.95
+
+
+def test_recipes_parse_with_the_paper_values():
+    from pathlib import Path
+
+    from medvl_engine.training import load_config
+    from medvl_engine.training.topksiglip_task import CONFIG_CLASS
+
+    train_dir = Path(__file__).resolve().parents[1] / "train"
+    run, task = load_config(
+        train_dir / "topksiglip_embed.yaml", ["task.manifest=m.csv"], CONFIG_CLASS
+    )
+    assert (run.lr, run.weight_decay, run.max_steps, task.batch_size) == (1e-5, 0.05, 100_000, 32)
+    assert (task.image_size, task.grid, task.k, task.low_res_factor) == (1536, 16, 15, 3)
+    assert task.geometry().patch_size == 181 and task.context_length == 170
+    assert (task.dice_weight, task.logit_scale_init, task.tau_start) == (5.0, 10.0, 1.0)
+    assert task.tau_end == pytest.approx(2 / 3)
+    run, task = load_config(train_dir / "topksiglip_demo.yaml", [], CONFIG_CLASS)
+    assert task.synthetic_train > 0 and task.synthetic_eval > 0 and task.k < 15

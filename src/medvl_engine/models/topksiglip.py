@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import BertConfig
 
-from medvl_engine.errors import ModelNotFoundError
+from medvl_engine.errors import ConfigError, ModelNotFoundError
 from medvl_engine.models import _bert_text, _clip_text, _convnext
 from medvl_engine.models.topk import (
     PatchGeometry,
@@ -478,6 +478,11 @@ def predict_topk(
     image = np.asarray(getattr(breast, "image", breast), dtype=np.float32)
     if image.ndim != 2 or image.shape[0] != image.shape[1]:
         raise ValueError(f"breast image must be square [S, S], got {image.shape}")
+    if not 1 <= k <= model.geometry.num_candidates:
+        raise ConfigError(
+            f"k={k} is outside 1..{model.geometry.num_candidates}, the model's candidate patches; "
+            "choose a smaller k."
+        )
     model.eval()
     device = model.log_logit_scale.device
     side = model.config.image_size
