@@ -172,3 +172,20 @@ def test_export_converts_a_saved_heatmap_without_a_model(slide_path, tmp_path, c
         assert tiff.mpp is not None
     assert main(["export", str(tmp_path / "missing.npz"), "--out", str(tmp_path / "x.csv")]) == 2
     assert "missing.npz does not exist" in capsys.readouterr().err
+
+
+def test_blank_slide_is_reported_not_scored(tmp_path, capsys):
+    import tifffile
+
+    blank = tmp_path / "blank.tiff"
+    tifffile.imwrite(
+        blank,
+        np.full((512, 512, 3), 245, np.uint8),
+        tile=(256, 256),
+        photometric="rgb",
+        resolution=(2e4, 2e4),
+        resolutionunit="CENTIMETER",
+    )
+    assert main(["heatmap", str(blank), "--prompt", "t", "--out", str(tmp_path / "b.png")]) == 2
+    assert "blank.tiff: no patch holds enough tissue" in capsys.readouterr().err
+    assert not (tmp_path / "b.png").exists()

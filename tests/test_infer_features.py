@@ -172,3 +172,16 @@ def test_tiling_grid_at_coarser_mpp_is_read_and_resized_like_the_grid_does(tmp_p
         expected = encoder.encode_patches(grid.read_patches(fine, np.arange(len(grid.coords))))
     np.testing.assert_allclose(store.features, expected.numpy(), atol=1e-5)
     assert store.patch_size_level0 == 96 and store.target_mpp == 0.5
+
+
+def test_an_unrelated_folder_is_never_overwritten(slide, encoder, tmp_path):
+    folder = tmp_path / "my-results"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    grid = RegularGrid(slide.dimensions, 128)
+    with pytest.raises(DataError, match="not a medvl feature store"):
+        extract_features(slide, encoder, grid, folder)
+    assert (folder / "notes.txt").read_text() == "keep me"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert extract_features(slide, encoder, grid, empty).n_patches == len(grid.coords)

@@ -30,9 +30,16 @@ def create_store(path: Path, coords: np.ndarray, attrs: dict[str, Any], chunk_ro
     import zarr
 
     if path.exists():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if not (path.is_dir() and (not any(path.iterdir()) or _is_store(path))):
+            raise DataError(
+                f"{path} already exists and is not a medvl feature store; choose a new output "
+                "path (nothing there was changed).",
+                path,
+            )
+        shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     group = zarr.open_group(str(path), mode="w")
+    group.attrs.update({**attrs, "n_done": 0})  # first, so a half-made store is recognised
     total, dim = len(coords), int(attrs["embed_dim"])
     group.create_array(
         "features",
@@ -42,8 +49,16 @@ def create_store(path: Path, coords: np.ndarray, attrs: dict[str, Any], chunk_ro
         fill_value=0.0,
     )
     group.create_array("coords", data=np.asarray(coords, dtype=np.int64).reshape(-1, 2))
-    group.attrs.update({**attrs, "n_done": 0})
     return group
+
+
+def _is_store(path: Path) -> bool:
+    import zarr
+
+    try:
+        return zarr.open_group(str(path), mode="r").attrs.get("format") == STORE_FORMAT
+    except Exception:  # zarr raises many types for something that is not a group
+        return False
 
 
 def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]):
@@ -54,14 +69,17 @@ def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]):
     """
     import zarr
 
-    if not path.exists():
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
         return None
-    try:
-        group = zarr.open_group(str(path), mode="r+")
-    except Exception:  # anything unreadable is not a store to resume
-        return None
-    if group.attrs.get("format") != STORE_FORMAT:
-        return None
+    if not _is_store(path):
+        raise DataError(
+            f"{path} already exists and is not a medvl feature store; choose a new output path "
+            "(nothing there was changed).",
+            path,
+        )
+    group = zarr.open_group(str(path), mode="r+")
+    if "features" not in group or "coords" not in group:
+        return None  # killed while being created: start again
     stored = {key: group.attrs.get(key) for key in _IDENTITY_KEYS}
     wanted = {key: attrs.get(key) for key in _IDENTITY_KEYS}
     same_coords = "coords" in group and np.array_equal(group["coords"][:], coords)

@@ -42,6 +42,13 @@ def encoder_and_store(
 
             store = slide_features(slide, encoder, progress=progress)
             print(file=sys.stderr)
+        if store.n_patches == 0:
+            raise DataError(
+                f"{Path(slide_path).name}: no patch holds enough tissue to score; check the "
+                "slide is not blank, or run `medvl features --min-tissue` with a lower value "
+                "and pass the store with --features.",
+                slide_path,
+            )
     except BaseException:
         slide.close()
         raise
