@@ -67,3 +67,14 @@ def test_grid_invariants(
     assert len(grid) <= lattice
     if min_tissue == 0.0:
         assert len(grid) == lattice
+
+
+def test_patches_smaller_than_a_mask_pixel_take_its_value():
+    slide = ArraySlide(1000, 1000, 0.5, 1)
+    mask = np.zeros((10, 10), bool)
+    mask[3, 4] = True  # level-0 x in [400, 500), y in [300, 400)
+    grid = patch_grid(slide, 20, 0.5, 0.5, mask=(mask, 100.0))
+    xs, ys = grid.coords[:, 0], grid.coords[:, 1]
+    assert len(grid) == 25
+    assert xs.min() == 400 and xs.max() == 480 and ys.min() == 300 and ys.max() == 380
+    np.testing.assert_allclose(grid.tissue_fraction, 1.0)

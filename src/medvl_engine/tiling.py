@@ -1,7 +1,8 @@
 """Tissue masks and patch grids at a target resolution; every coordinate is level-0 px.
 
-``tissue_mask`` thresholds the saturation of a thumbnail with Otsu's method, drops pen ink
-(strong blue, green or black), closes small gaps, fills holes and removes specks.
+``tissue_mask`` thresholds the saturation of a thumbnail with Otsu's method (brightness on
+dark-field fluorescence scans), drops pen ink (wide strokes of blue, green or black), closes
+small gaps, fills holes and removes specks.
 ``patch_grid`` lays a lattice of square patches of ``patch_size`` px at ``target_mpp`` over the
 slide and keeps those whose tissue fraction reaches ``min_tissue``; each patch is read from the
 finest pyramid level that does not need upsampling and resized to ``patch_size``.
@@ -321,9 +322,17 @@ def patch_grid(
     r0 = np.clip(np.round(coords[:, 1] / mask_ds).astype(np.int64), 0, rows)
     c1 = np.clip(np.round((coords[:, 0] + size0) / mask_ds).astype(np.int64), 0, cols)
     r1 = np.clip(np.round((coords[:, 1] + size0) / mask_ds).astype(np.int64), 0, rows)
+    # a patch smaller than a mask pixel takes the value of the mask pixel under its centre
+    centre_c = np.clip(((coords[:, 0] + size0 / 2) // mask_ds).astype(np.int64), 0, cols)
+    centre_r = np.clip(((coords[:, 1] + size0 / 2) // mask_ds).astype(np.int64), 0, rows)
+    tiny_c, tiny_r = c1 <= c0, r1 <= r0
+    c0 = np.where(tiny_c, centre_c, c0)
+    r0 = np.where(tiny_r, centre_r, r0)
+    c1 = np.where(tiny_c, np.minimum(c0 + 1, cols), c1)
+    r1 = np.where(tiny_r, np.minimum(r0 + 1, rows), r1)
     inside = table[r1, c1] - table[r0, c1] - table[r1, c0] + table[r0, c0]
-    area = max(size0 / mask_ds, 1e-9) ** 2
-    fraction = np.clip(inside / area, 0.0, 1.0).astype(np.float32)
+    area = np.maximum((size0 / mask_ds) ** 2, (r1 - r0) * (c1 - c0)).astype(np.float64)
+    fraction = np.clip(inside / np.maximum(area, 1e-9), 0.0, 1.0).astype(np.float32)
     keep = fraction >= min_tissue
     return PatchGrid(
         coords=coords[keep].astype(np.int64),
