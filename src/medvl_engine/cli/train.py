@@ -49,7 +49,7 @@ def _print_summary(summary: dict) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `medvl-train`; returns the process exit status."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)
     try:
         from medvl_engine.training import load_config, task_module, train
 

@@ -1,0 +1,156 @@
+"""The LIMIT task end to end on tiny data: one-step training, ablation switches, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from _limit_helpers import tiny_tower, write_feature_store
+from medvl_engine.cli.train import main as train_main
+from medvl_engine.models.limit import load_limit_model
+from medvl_engine.training import RunConfig, train
+from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
+
+REPORTS = {
+    "tumor": "Accession: S22-12345\nSections show invasive carcinoma.",
+    "fat": "Dr. Smith, MD\nAdipose tissue is present. No tumor.",
+    "stroma": "Fibrous stroma is seen.",
+}
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    root = tmp_path_factory.mktemp("limit")
+    tiny_tower(root / "bert", out_dim=None)
+    tiny_tower(root / "bert").tokenizer.save_pretrained(root / "bert")
+    rng = np.random.default_rng(0)
+    centres = {name: rng.normal(size=16) for name in REPORTS}
+    rows = []
+    for index in range(14):
+        label = list(REPORTS)[index % 3]
+        size = int(rng.integers(5, 30))
+        features = centres[label] + 0.3 * rng.normal(size=(size, 16))
+        write_feature_store(root / f"s{index}.zarr", features, slide=f"s{index}")
+        split = "test" if index >= 11 else "train"
+        organ = "breast" if index % 2 else "lung"
+        report = REPORTS[label]
+        rows.append(
+            {
+                "slide_id": f"s{index}",
+                "organ": organ,
+                "report": report,
+                "features": f"s{index}.zarr",
+                "split": split,
+                "label": label,
+            }
+        )
+    manifest = root / "manifest.jsonl"
+    manifest.write_text("\n".join(json.dumps(row) for row in rows))
+    return root, manifest
+
+
+def _task(cohort, **overrides) -> tuple[LimitTask, RunConfig]:
+    root, manifest = cohort
+    values = dict(manifest=str(manifest), text_model=str(root / "bert"), num_negatives=2)
+    values.update(overrides)
+    run = RunConfig(lr=1e-3, epochs=1, max_steps=2, out_dir=str(root / "run"), progress=False)
+    return LimitTask(LimitTaskConfig(**values), run), run
+
+
+def test_one_training_step_saves_a_loadable_text_tower(cohort, tmp_path):
+    task, run = _task(cohort)
+    run.out_dir = str(tmp_path / "run")
+    assert len(task.splits["val"]) == 1 and len(task.splits["train"]) == 10  # 1% rounds up to 1
+    assert "S22" not in task.splits["train"][0].report  # reports are filtered
+    model = task.build_model()
+    batch = next(iter(task.train_batches(0, 0, 1)))
+    assert batch["features"].shape[0] == 3 and batch["features"].shape[2] == 16  # K = N + 1
+    assert batch["mask"].sum(1).min() >= 5  # padded, nothing truncated
+    terms = task.compute_losses(model, batch)
+    assert terms["loss"].ndim == 0 and torch.isfinite(terms["loss"])
+    summary = train(task, run)
+    assert summary["steps"] == 2 and all(np.isfinite(summary["losses"]))
+    assert {"val_loss", "val_retrieval_top1", "test_balanced_accuracy"} <= set(
+        summary["evaluations"][-1]
+    )
+    tuned = load_limit_model(tmp_path / "run" / "final")
+    assert tuned.embed_dim == 16 and tuned.tau_attn == pytest.approx(0.05)
+    before = model.encode_texts(["invasive carcinoma"])
+    assert not torch.allclose(tuned.encode_texts(["invasive carcinoma"]), before)
+
+
+def test_siglit_trains_its_scale_and_plain_infonce_runs(cohort, tmp_path):
+    task, run = _task(cohort, loss="siglit")
+    model = task.build_model()
+    assert model.logit_scale.requires_grad
+    task.compute_losses(model, next(iter(task.train_batches(0, 0, 1))))["loss"].backward()
+    assert model.logit_scale.grad is not None and model.logit_scale.grad != 0
+    plain, _ = _task(cohort, loss="infonce")
+    plain_model = plain.build_model()
+    assert not plain_model.logit_scale.requires_grad
+    batch = next(iter(plain.train_batches(0, 0, 1)))
+    weighted, _ = _task(cohort)
+    torch.manual_seed(0)
+    weighted_model = weighted.build_model()
+    torch.manual_seed(0)
+    plain_model = plain.build_model()
+    weighted_model.eval(), plain_model.eval()
+    # w_ij <= 1 only shrinks the negatives: the weighted loss is never above the plain one
+    assert (
+        weighted.compute_losses(weighted_model, batch)["loss"]
+        <= plain.compute_losses(plain_model, batch)["loss"] + 1e-6
+    )
+
+
+def test_lora_trains_adapters_only_and_saves_merged_weights(cohort, tmp_path):
+    task, run = _task(cohort, finetune="lora", lora_rank=4)
+    run.out_dir = str(tmp_path / "lora")
+    model = task.build_model()
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(
+        "lora_" in n or n.startswith("text_tower.projection") for n in trainable
+    )
+    train(task, run)
+    state_file = tmp_path / "lora" / "final" / "model.safetensors"
+    from safetensors.torch import load_file
+
+    assert not any("lora" in key for key in load_file(state_file))
+    assert load_limit_model(tmp_path / "lora" / "final").embed_dim == 16
+
+
+def test_random_negatives_cross_organs(cohort):
+    task, _ = _task(cohort, negatives="random", num_negatives=4)
+    organs = [r.organ for r in task.splits["train"]]
+    bags = task.sampler.bags(0)
+    assert any(len({organs[i] for i in bag}) == 2 for bag in bags)
+    same, _ = _task(cohort, num_negatives=4)
+    assert all(len({organs[i] for i in bag}) == 1 for bag in same.sampler.bags(0))
+
+
+def test_cli_runs_with_overrides_and_reports_bad_ones(cohort, tmp_path, capsys):
+    root, manifest = cohort
+    config = tmp_path / "limit.yaml"
+    config.write_text(
+        "run:\n  epochs: 1\n  progress: false\n"
+        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n  num_negatives: 2\n"
+    )
+    out = tmp_path / "cli"
+    status = train_main(
+        [
+            "limit",
+            "--config",
+            str(config),
+            f"run.out_dir={out}",
+            "run.max_steps=1",
+            "eval_bootstrap=10",
+        ]
+    )
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert "untuned" in printed and "top-100" in printed and '"steps": 1' in printed
+    assert json.loads((out / "evaluation.json").read_text())["tuned/report_guided"]["overall"]
+    assert train_main(["limit", "--config", str(config), "task.num_negatives=many"]) == 2
+    assert "task.num_negatives must be int" in capsys.readouterr().err
