@@ -80,26 +80,38 @@ def composite_image(
     image = Image.fromarray(np.clip(blended + 0.5, 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(image)
     if boxes is not None:
+        from PIL import ImageFont
+
         line = max(2, round(max(width, height) / 600))
+        font = ImageFont.load_default(size=max(11, round(max(width, height) / 80)))
         for rank, (x0, y0, x1, y1) in enumerate(np.asarray(boxes, np.float64).reshape(-1, 4), 1):
             rect = [x0 / per_px[0], y0 / per_px[1], x1 / per_px[0], y1 / per_px[1]]
             draw.rectangle(rect, outline=(255, 220, 0), width=line)
-            draw.text((rect[0] + line + 1, rect[1] + line), str(rank), fill=(255, 220, 0))
+            draw.text(
+                (rect[0] + 2 * line, rect[1] + line), str(rank), fill=(255, 220, 0), font=font
+            )
     if legend:
         image = _with_legend(image, (low, high), colormap, title or heatmap.prompt)
     return np.asarray(image)
 
 
 def _with_legend(image, value_range: Sequence[float], colormap: str, title: str):
-    """Add a white strip on the right holding a vertical colour bar, tick labels and a title."""
-    from PIL import Image, ImageDraw
+    """Add a white strip on the right holding a vertical colour bar, tick labels and a title.
+
+    The strip is 110 px wide with 11 px text for images up to about 770 px high, and grows in
+    proportion beyond that so the legend stays readable on large composites.
+    """
+    from PIL import Image, ImageDraw, ImageFont
 
     width, height = image.size
-    canvas = Image.new("RGB", (width + _LEGEND_WIDTH, max(height, 160)), (255, 255, 255))
+    unit = max(1.0, height / 770)
+    font = ImageFont.load_default(size=round(11 * unit))
+    legend_width, canvas_height = round(_LEGEND_WIDTH * unit), max(height, 160)
+    canvas = Image.new("RGB", (width + legend_width, canvas_height), (255, 255, 255))
     canvas.paste(image, (0, 0))
     draw = ImageDraw.Draw(canvas)
-    top, bottom = 28, max(height, 160) - 16
-    bar_x0, bar_x1 = width + 14, width + 38
+    top, bottom = round(28 * unit), canvas_height - round(16 * unit)
+    bar_x0, bar_x1 = width + round(14 * unit), width + round(38 * unit)
     ramp = np.linspace(1.0, 0.0, bottom - top, dtype=np.float32)
     bar = np.repeat(apply_colormap(ramp, colormap)[:, None, :], bar_x1 - bar_x0, axis=1)
     canvas.paste(Image.fromarray(bar), (bar_x0, top))
@@ -107,10 +119,11 @@ def _with_legend(image, value_range: Sequence[float], colormap: str, title: str)
     low, high = float(value_range[0]), float(value_range[1])
     for fraction in (0.0, 0.25, 0.5, 0.75, 1.0):
         y = bottom - 1 - fraction * (bottom - top - 1)
-        draw.line([bar_x1, y, bar_x1 + 5, y], fill=(0, 0, 0))
-        draw.text((bar_x1 + 8, y - 6), f"{low + fraction * (high - low):.3g}", fill=(0, 0, 0))
+        draw.line([bar_x1, y, bar_x1 + round(5 * unit), y], fill=(0, 0, 0))
+        label = f"{low + fraction * (high - low):.3g}"
+        draw.text((bar_x1 + round(8 * unit), y - 6 * unit), label, fill=(0, 0, 0), font=font)
     label = title if len(title) <= 16 else title[:15] + "…"
-    draw.text((width + 8, 8), label, fill=(0, 0, 0))
+    draw.text((width + round(8 * unit), round(8 * unit)), label, fill=(0, 0, 0), font=font)
     return canvas
 
 
