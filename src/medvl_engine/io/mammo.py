@@ -344,11 +344,16 @@ def voi_options(dataset: Any) -> list[str]:
 
 
 def _apply_voi(
-    path: Path, dataset: Any, values: np.ndarray, voi_index: int
+    path: Path, dataset: Any, values: np.ndarray, voi_index: int, present: np.ndarray | None
 ) -> tuple[np.ndarray, str]:
+    """VOI of modality ``values``; ``present`` marks the entries that occur in the image."""
     choices = voi_options(dataset)
     if not choices:
-        return _voi.full_range_window(values), "full range"
+        occurring = values if present is None else values[present]
+        low, high = float(occurring.min()), float(occurring.max())
+        if high <= low:
+            return np.zeros_like(values, dtype=np.float64), "full range"
+        return (values - low) / (high - low), "full range"
     if not 0 <= voi_index < len(choices):
         raise MedVLError(
             f"{path.name}: VOI choice {voi_index} does not exist; this file offers "
@@ -374,6 +379,41 @@ def _apply_voi(
         ) from error
 
 
+def _display_pixels(
+    path: Path, dataset: Any, stored: np.ndarray, photometric: str | None, voi_index: int
+) -> tuple[np.ndarray, str]:
+    """Stored values [H, W] -> display float32 [H, W]: Modality LUT -> VOI -> MONOCHROME1.
+
+    Integer images (at most 2**16 + 1 distinct levels between their extremes)
+    run the pipeline once per level on a lookup table and then index it, which
+    gives the same values as running it per pixel at a fraction of the cost.
+    """
+    use_table = np.issubdtype(stored.dtype, np.integer) and stored.size > 0
+    if use_table:
+        low, high = int(stored.min()), int(stored.max())
+        use_table = high - low <= 2**16
+    if use_table:
+        offsets = (stored.astype(np.int64) - low) if low else stored
+        inputs = np.arange(low, high + 1, dtype=np.float64)
+        present = np.bincount(offsets.ravel(), minlength=inputs.size) > 0
+    else:
+        inputs, present = stored, None
+    try:
+        values = _modality_values(dataset, inputs)
+    except (ValueError, TypeError, AttributeError) as error:
+        raise CorruptFileError(
+            f"{path.name}: its Modality LUT is invalid ({error}); fix or re-export the file.",
+            path,
+        ) from error
+    display, voi_name = _apply_voi(path, dataset, values, voi_index, present)
+    if photometric == "MONOCHROME1":
+        display = _voi.invert_monochrome1(display)
+    display = np.clip(display, 0.0, 1.0).astype(np.float32)
+    if use_table:
+        display = display[offsets]
+    return display, voi_name
+
+
 def _view_from_dataset(dataset: Any) -> str | None:
     position = _text(dataset.get("ViewPosition"))
     if position:
@@ -391,17 +431,8 @@ def _view_from_dataset(dataset: Any) -> str | None:
 def _open_dicom(path: Path, voi_index: int) -> Mammogram:
     dataset = _read_dicom(path)
     stored = _stored_pixels(path, dataset)
-    try:
-        values = _modality_values(dataset, stored)
-    except (ValueError, TypeError, AttributeError) as error:
-        raise CorruptFileError(
-            f"{path.name}: its Modality LUT is invalid ({error}); fix or re-export the file.",
-            path,
-        ) from error
-    display, voi_name = _apply_voi(path, dataset, values, voi_index)
     photometric = _text(dataset.get("PhotometricInterpretation"))
-    if photometric == "MONOCHROME1":
-        display = _voi.invert_monochrome1(display)
+    display, voi_name = _display_pixels(path, dataset, stored, photometric, voi_index)
 
     name_laterality, name_view = parse_file_name(path.name)
     laterality = _text(dataset.get("ImageLaterality")) or _text(dataset.get("Laterality"))
@@ -429,7 +460,7 @@ def _open_dicom(path: Path, voi_index: int) -> Mammogram:
     }
     return Mammogram(
         path=path,
-        pixels=np.clip(display, 0.0, 1.0).astype(np.float32),
+        pixels=display,
         laterality=laterality,
         view=view,
         pixel_spacing=pixel_spacing,
