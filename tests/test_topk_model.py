@@ -63,7 +63,7 @@ def test_forward_shapes_train_and_eval(tmp_path):
     assert float(model.logit_scale.detach()) == pytest.approx(10.0)
 
 
-def test_one_training_step_reduces_loss_terms_and_updates_scorer(tmp_path):
+def test_one_training_step_reaches_every_tower_and_advances_tau(tmp_path):
     torch.manual_seed(0)
     model = tiny_model(tmp_path)
     model.train()
