@@ -395,7 +395,9 @@ def _display_pixels(
     if use_table:
         offsets = (stored.astype(np.int64) - low) if low else stored
         inputs = np.arange(low, high + 1, dtype=np.float64)
-        present = np.bincount(offsets.ravel(), minlength=inputs.size) > 0
+        present = None
+        if not voi_options(dataset):  # the full-range window needs the levels that occur
+            present = np.bincount(offsets.ravel(), minlength=inputs.size) > 0
     else:
         inputs, present = stored, None
     try:
