@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 ProgressCallback = Callable[[int, int], None]
+_MAX_BOX_OVERREAD = 2.5  # read a batch's bounding box at once if it is at most this x its patches
 
 
 class PatchGridLike(Protocol):
@@ -312,14 +313,29 @@ def slide_features(
 def read_patches(slide: Any, coords: np.ndarray, level: int, patch_size: int) -> np.ndarray:
     """Pixels of patches uint8 [B, p, p, 3]; ``coords`` [B, 2] (x, y) level-0 px top-left.
 
-    Patches on one row that touch or overlap are read as one region and sliced, so shared
-    tiles are decoded once; the pixels equal those of one ``read_region`` per patch (the
-    level-``level`` top-left of each patch is floor(x / downsample), as read_region does).
+    A compact batch (bounding box at most 2.5 x the patches' area) is read as one region and
+    sliced; otherwise patches on one row that touch or overlap are read together. Either way
+    shared tiles are decoded once per region and the pixels equal those of one ``read_region``
+    per patch (whose level-``level`` top-left is floor(x / downsample), as read_region has it).
     """
     width0, height0 = slide.level_dimensions[0]
     level_width, level_height = slide.level_dimensions[level]
     down_x, down_y = width0 / max(level_width, 1), height0 / max(level_height, 1)
     out = np.empty((len(coords), patch_size, patch_size, 3), dtype=np.uint8)
+    if len(coords) == 0:
+        return out
+    left_px = np.floor(coords[:, 0] / down_x).astype(np.int64)
+    top_px = np.floor(coords[:, 1] / down_y).astype(np.int64)
+    box_w = int(left_px.max() - left_px.min()) + patch_size
+    box_h = int(top_px.max() - top_px.min()) + patch_size
+    if box_w * box_h <= _MAX_BOX_OVERREAD * len(coords) * patch_size**2:
+        x0, y0 = int(left_px.min()), int(top_px.min())
+        location = (math.ceil(x0 * down_x), math.ceil(y0 * down_y))
+        region = slide.read_region(location, level, (box_w, box_h))
+        for index in range(len(coords)):
+            dx, dy = int(left_px[index] - x0), int(top_px[index] - y0)
+            out[index] = region[dy : dy + patch_size, dx : dx + patch_size]
+        return out
     order = np.lexsort((coords[:, 0], coords[:, 1]))
     run: list[int] = []
 
