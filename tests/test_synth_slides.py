@@ -106,6 +106,7 @@ def test_label_map_covers_requested_classes(slide):
     tissue = slide.label_map > 0
     for name in slide.classes_present:
         assert (slide.label_map == class_id(name)).sum() >= 0.04 * tissue.sum()
+        assert _mentions(slide.report, name)[0], (name, slide.report)
     assert 0.2 < tissue.mean() < 0.8
 
 
