@@ -154,3 +154,19 @@ def test_cli_runs_with_overrides_and_reports_bad_ones(cohort, tmp_path, capsys):
     assert json.loads((out / "evaluation.json").read_text())["tuned/report_guided"]["overall"]
     assert train_main(["limit", "--config", str(config), "task.num_negatives=many"]) == 2
     assert "task.num_negatives must be int" in capsys.readouterr().err
+
+
+def test_projection_to_a_wider_vision_space_composes_with_an_existing_one(tmp_path):
+    from medvl_engine.training.limit_task import _projection_to
+
+    tower = tiny_tower(tmp_path / "bert", out_dim=8)  # like CONCH v1 text -> 512
+    tokens = tower.tokenize(["invasive carcinoma", "fat"])
+    with torch.no_grad():
+        narrow = tower(tokens["input_ids"], tokens["attention_mask"])  # [2, 8]
+        old = tower.projection
+        merged = _projection_to(tower, 16)
+        extra_free = merged.weight @ torch.linalg.pinv(old.weight)  # recover W_new
+        tower.projection = merged
+        wide = tower(tokens["input_ids"], tokens["attention_mask"])
+    assert wide.shape == (2, 16) and tower.output_dim == 16
+    torch.testing.assert_close(wide, narrow @ extra_free.T, rtol=1e-4, atol=1e-5)

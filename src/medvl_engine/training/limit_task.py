@@ -117,6 +117,26 @@ def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> 
     return TextTower(backbone, tokenizer, pooling=pooling, max_length=max_length).train()
 
 
+def _projection_to(tower: nn.Module, width: int) -> nn.Linear:
+    """A linear map from the tower's pooled output to ``width`` (the vision dim).
+
+    Without a projection: a new ``Linear(E, width)``. With one to a different width
+    (e.g. CONCH v1 text 512 -> CONCH v1.5 patch features 768): a new ``Linear(512, width)``
+    composed with it into one layer, ``W = W_new W_old``, ``b = W_new b_old``, so the
+    initial tower equals "old projection, then new linear map".
+    """
+    old = tower.projection
+    if old is None:
+        return nn.Linear(int(tower.text.config.hidden_size), width, bias=False)
+    extra = nn.Linear(old.out_features, width, bias=False)
+    merged = nn.Linear(old.in_features, width, bias=old.bias is not None)
+    with torch.no_grad():
+        merged.weight.copy_(extra.weight @ old.weight)
+        if old.bias is not None:
+            merged.bias.copy_(extra.weight @ old.bias)
+    return merged
+
+
 def _split_records(
     records: list[SlideRecord], val_fraction: float, seed: int
 ) -> dict[str, list[SlideRecord]]:
@@ -189,12 +209,7 @@ class LimitTask:
                 "the projection must map text to the vision dim."
             )
         if tower.output_dim != target:
-            if tower.projection is not None:
-                raise ConfigError(
-                    f"text model {config.text_model} already projects to {tower.output_dim}, not "
-                    f"to the feature width {target}; use features from its paired encoder."
-                )
-            tower.projection = nn.Linear(tower.output_dim, target, bias=False)
+            tower.projection = _projection_to(tower, target)
         if tower.pooling != "pooler" and hasattr(tower.text, "pooler") and tower.text.pooler:
             tower.text.pooler.requires_grad_(False)  # unused by mean/cls pooling
         model = LimitModel(tower, config.tau_attn, True, config.vision_encoder)
