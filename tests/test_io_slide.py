@@ -340,3 +340,26 @@ def test_reading_after_close_says_so(tmp_path):
         level = slide.levels[0]
     with pytest.raises(MedVLError, match=r"^c\.tif: the slide was closed"):
         level[:10, :10].compute()
+
+
+def _read_corner(path, queue):
+    with open_slide(path) as slide:
+        queue.put(slide.read_region((0, 0), 0, (300, 300)).sum())
+
+
+def test_reading_in_a_forked_worker_after_the_parent_read(tmp_path):
+    import multiprocessing
+
+    path = write_pyramid_tiff(tmp_path / "f.tif", pyramid(coordinate_image(600, 600), 1), tile=64)
+    with open_slide(path) as slide:
+        expected = slide.read_region((0, 0), 0, (300, 300)).sum()  # starts the decode pool
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    worker = context.Process(target=_read_corner, args=(path, queue))
+    worker.start()
+    worker.join(timeout=30)
+    alive = worker.is_alive()
+    if alive:
+        worker.kill()
+    assert not alive, "the forked reader hung"
+    assert queue.get(timeout=5) == expected

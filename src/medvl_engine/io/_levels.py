@@ -59,14 +59,36 @@ def decode_workers() -> int:
 
 
 def decode_pool() -> Executor:
-    """The process-wide thread pool for tile decoding (created on first use)."""
+    """The process-wide thread pool for tile decoding (created on first use).
+
+    A forked child (e.g. a torch DataLoader worker) inherits the pool object
+    but not its threads; it gets a fresh pool instead of waiting forever.
+    """
     global _pool
     with _pool_lock:
         if _pool is None:
+            if not _fork_hook_registered:
+                _register_fork_hook()
             _pool = ThreadPoolExecutor(
                 max_workers=decode_workers(), thread_name_prefix="medvl-decode"
             )
         return _pool
+
+
+_fork_hook_registered = False
+
+
+def _register_fork_hook() -> None:
+    global _fork_hook_registered
+
+    def forget_parent_pool() -> None:
+        global _pool, _pool_lock
+        _pool = None
+        _pool_lock = threading.Lock()
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=forget_parent_pool)
+    _fork_hook_registered = True
 
 
 def chunk_grid(length: int, tile: int, target: int = CHUNK_TARGET_PX) -> tuple[int, ...]:
