@@ -157,6 +157,8 @@ class TopKSigLIP(nn.Module):
             _clip_text.extend_position_embeddings(self.text_model, config.context_length)
         if config.freeze_text:
             self.text_model.requires_grad_(False)
+        # Frozen towers are deterministic in eval mode, so pooled features are cached per report.
+        self._frozen_text_cache: dict[bytes, torch.Tensor] = {}
         self.text_projection = nn.Linear(self.text_model.config.hidden_size, config.embed_dim)
         self.log_logit_scale = nn.Parameter(torch.tensor(math.log(config.logit_scale_init)))
         if config.logit_bias_init is not None:
@@ -245,10 +247,10 @@ class TopKSigLIP(nn.Module):
 
     # -- text -------------------------------------------------------------------------------
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
-        """Token ids and attention mask ``[T, L]`` (L = context_length, padded and truncated)."""
+        """Token ids and attention mask ``[T, L]``: padded to the longest, L <= context_length."""
         encoded = self.tokenizer(
             list(texts),
-            padding="max_length",
+            padding="longest",
             truncation=True,
             max_length=self.config.context_length,
             return_tensors="pt",
@@ -260,13 +262,31 @@ class TopKSigLIP(nn.Module):
 
         CLIP: the hidden state at the EOS token; BERT: the mean over real tokens.
         """
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_text):
-            out = self.text_model(input_ids=input_ids, attention_mask=attention_mask)
-            if self.config.text_family == "bert":
-                pooled = _bert_text.masked_mean(out.last_hidden_state, attention_mask)
-            else:
-                pooled = out.pooler_output
+        if self.config.freeze_text:
+            pooled = self._frozen_text_features(input_ids, attention_mask)
+        else:
+            pooled = self._text_features(input_ids, attention_mask)
         return F.normalize(self.text_projection(pooled), dim=-1)
+
+    def _text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.text_model(input_ids=input_ids, attention_mask=attention_mask)
+        if self.config.text_family == "bert":
+            return _bert_text.masked_mean(out.last_hidden_state, attention_mask)
+        return out.pooler_output
+
+    @torch.no_grad()
+    def _frozen_text_features(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
+        pairs = zip(input_ids, attention_mask, strict=True)
+        keys = [ids[mask.bool()].cpu().numpy().tobytes() for ids, mask in pairs]
+        missing = [i for i, key in enumerate(keys) if key not in self._frozen_text_cache]
+        if missing:
+            self.text_model.eval()  # no dropout in a frozen tower
+            fresh = self._text_features(input_ids[missing], attention_mask[missing])
+            for i, row in zip(missing, fresh, strict=True):
+                self._frozen_text_cache[keys[i]] = row.detach()
+        return torch.stack([self._frozen_text_cache[key] for key in keys])
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         """Texts -> L2-normalised embeddings ``[T, C]`` on the model's device."""

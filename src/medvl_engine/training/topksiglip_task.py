@@ -262,7 +262,7 @@ class TopKSigLIPTask:
             raise RuntimeError("build_model() must run before batches are drawn")
         encoded = self._tokenizer(
             reports,
-            padding="max_length",
+            padding="longest",
             truncation=True,
             max_length=self.config.context_length,
             return_tensors="pt",
