@@ -83,3 +83,12 @@ def mammo_case(tmp_path_factory):
 def tiny_topk(tmp_path_factory):
     """Folder of a tiny randomly initialised TopKSigLIP."""
     return tiny_topk_folder(tmp_path_factory.mktemp("topk"))
+
+
+def wait_for_runner(qtbot, runner, timeout_ms: int = 120_000) -> None:
+    """Wait until a widget's JobRunner has no job left running.
+
+    The runner's own finished handler is connected before the worker starts, so unlike
+    waiting on ``worker.finished`` after ``run()`` this cannot miss a job that ends at once.
+    """
+    qtbot.waitUntil(lambda: not runner.running, timeout=timeout_ms)

@@ -116,6 +116,7 @@ def test_synthetic_slide_and_mammograms_open_through_the_reader(tmp_path):
     assert layers[0].data[0].shape == (768, 1024, 3)
     np.testing.assert_allclose(layers[0].scale, [0.5, 0.5])
 
+    (tmp_path / "mammo").mkdir()
     case = make_mammogram_case(tmp_path / "mammo", seed=1, laterality="R")
     _, layers = _open([str(case.cc_path), str(case.mlo_path)])
     assert sorted(layer.name for layer in layers) == ["R CC", "R MLO"]

@@ -51,9 +51,8 @@ def test_topk_widget_draws_engine_boxes_on_their_source_views(
     assert widget.cc_choice.value is cc and widget.mlo_choice.value is mlo
     widget.model.value = str(tiny_topk)
     widget.k.value = 5
-    worker = widget.run()
-    with qtbot.waitSignal(worker.finished, timeout=120_000):
-        pass
+    assert widget.run() is not None
+    helpers.wait_for_runner(qtbot, widget.runner)
     assert widget.runner.last_error is None, widget.runner.last_error
     result = widget.last_outcome.result
 
@@ -76,9 +75,8 @@ def test_topk_widget_draws_engine_boxes_on_their_source_views(
     exporter = ExportWidget(viewer)
     exporter.layer_choice.value = viewer.layers["TopK L boxes CC"]
     exporter.path.value = tmp_path / "topk.csv"
-    worker = exporter.run()
-    with qtbot.waitSignal(worker.finished, timeout=60_000):
-        pass
+    assert exporter.run() is not None
+    helpers.wait_for_runner(qtbot, exporter.runner)
     with open(tmp_path / "topk.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert sorted(int(row["rank"]) for row in rows) == [1, 2, 3, 4, 5]

@@ -31,8 +31,7 @@ def _open_slide(viewer, path):
 def _run_and_wait(qtbot, widget):
     worker = widget.run()
     assert worker is not None
-    with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS):
-        pass
+    helpers.wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
     return worker
 
 
@@ -82,9 +81,7 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     exporter.layer_choice.value = viewer.layers["heatmap: tumor"]
     for name in ("tumor.geojson", "tumor.png"):
         exporter.path.value = tmp_path / name
-        worker = exporter.run()
-        with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS):
-            pass
+        _run_and_wait(qtbot, exporter)
         assert exporter.runner.last_error is None, exporter.runner.last_error
         assert exporter.last_written == tmp_path / name
     collection = json.loads((tmp_path / "tumor.geojson").read_text())
@@ -95,10 +92,7 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
 
     before = len(notification_manager.records)
     exporter.path.value = tmp_path / "tumor.docx"
-    worker = exporter.run()
-    with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS):
-        pass
-    qtbot.wait(50)
+    _run_and_wait(qtbot, exporter)
     assert "unknown file type '.docx'" in notification_manager.records[before].message
     assert not (tmp_path / "tumor.docx").exists()
 
@@ -115,8 +109,8 @@ def test_cancel_stops_the_job_without_adding_layers(
     widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
     worker = widget.run()
     widget.controls.cancel_button.changed.emit(True)
-    with qtbot.waitSignal(worker.finished, timeout=WORKER_TIMEOUT_MS, raising=False):
-        pass
+    assert worker.abort_requested
+    qtbot.waitUntil(lambda: not worker.is_running, timeout=WORKER_TIMEOUT_MS)
     qtbot.wait(100)
     assert not any(layer.name.startswith("heatmap") for layer in viewer.layers)
     assert widget.controls.status.value == "Cancelled."
