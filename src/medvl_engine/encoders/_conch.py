@@ -110,7 +110,13 @@ def load_conch_v15(folder: Path, *, name: str, device="cpu") -> ConchV15Encoder:
     try:
         titan = AutoModel.from_pretrained(folder, trust_remote_code=True, local_files_only=True)
         vision, _ = titan.return_conch()
-    except (OSError, AttributeError, ImportError) as error:
+    except ImportError as error:
+        missing = error.name or str(error)
+        raise MissingDependencyError(
+            f"Loading {name} runs MahmoodLab/TITAN's own model code, which needs the package "
+            f"'{missing}'; install it (`pip install {missing}`) and retry."
+        ) from error
+    except (OSError, AttributeError) as error:
         raise ModelNotFoundError(
             f"{folder} is not a usable MahmoodLab/TITAN snapshot holding CONCH v1.5 ({error}); "
             "download it with `huggingface-cli download MahmoodLab/TITAN` after requesting access.",
