@@ -203,3 +203,18 @@ def test_hub_id_resolves_from_the_local_cache_offline(monkeypatch, tmp_path, cli
         encoder.encode_patches(patches), load_encoder(clip_folder).encode_patches(patches)
     )
     assert encoder.name == "someone/tiny-clip"
+
+
+def test_unreachable_hub_fails_at_once_even_when_offline_mode_is_off(monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    from medvl_engine.encoders import _hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(_hub, "hub_reachable", lambda timeout=3.0: False)
+    start = time.perf_counter()
+    with pytest.raises(ModelNotFoundError, match="'vinid/plip'.*could not be reached"):
+        load_encoder("plip")
+    assert time.perf_counter() - start < 5

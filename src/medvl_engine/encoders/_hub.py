@@ -7,7 +7,7 @@ from pathlib import Path
 
 from medvl_engine.errors import ModelNotFoundError
 
-__all__ = ["is_offline", "resolve_model_dir"]
+__all__ = ["hub_reachable", "is_offline", "resolve_model_dir"]
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -20,11 +20,39 @@ def is_offline() -> bool:
     )
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub (HF_ENDPOINT) opens within ``timeout`` seconds.
+
+    Run in a daemon thread, so a name lookup that never returns cannot block the caller.
+    """
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    answer: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    worker = threading.Thread(target=probe, daemon=True, name="medvl-hub-probe")
+    worker.start()
+    worker.join(timeout)
+    return bool(answer and answer[0])
+
+
 def resolve_model_dir(name_or_id: str, how_to_get: str = "") -> Path:
     """Return a local folder holding the model: the path itself or a Hub snapshot.
 
-    Offline (HF_HUB_OFFLINE=1) only the local cache is consulted, so a missing
-    model fails immediately instead of waiting on network timeouts.
+    The local cache is consulted first. A model that is not cached is downloaded only when
+    offline mode is off (HF_HUB_OFFLINE) and the Hub answers within 3 s, so a missing model
+    fails at once instead of waiting on network timeouts.
     """
     path = Path(name_or_id).expanduser()
     if path.is_dir():
@@ -54,6 +82,12 @@ def resolve_model_dir(name_or_id: str, how_to_get: str = "") -> Path:
             "pass the path of a local copy."
         ) from error
     try:
+        return Path(snapshot_download(name_or_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass  # not cached: download below, if the Hub can be reached at all
+    try:
+        if not offline and not hub_reachable():
+            raise LocalEntryNotFoundError("the Hugging Face Hub did not answer within 3 s")
         return Path(snapshot_download(name_or_id, local_files_only=offline))
     except LocalEntryNotFoundError as error:
         where = (
