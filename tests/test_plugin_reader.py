@@ -120,3 +120,25 @@ def test_synthetic_slide_and_mammograms_open_through_the_reader(tmp_path):
     case = make_mammogram_case(tmp_path / "mammo", seed=1, laterality="R")
     _, layers = _open([str(case.cc_path), str(case.mlo_path)])
     assert sorted(layer.name for layer in layers) == ["R CC", "R MLO"]
+
+
+def test_film_mammogram_in_jpeg2000_opens_as_a_named_view(sample_file):
+    _, layers = _open(str(sample_file("dicom/MG1_J2KI.dcm")))
+    assert [layer.name for layer in layers] == ["L MLO"]
+    assert layers[0].data.shape == (4664, 3064)
+    assert layers[0].metadata["medvl_kind"] == "mammogram"
+
+
+def test_png_is_a_mammogram_when_grayscale_and_a_slide_when_colour(tmp_path):
+    from PIL import Image
+
+    gray = np.tile(np.linspace(0, 65535, 96, dtype=np.uint16), (128, 1))
+    Image.fromarray(gray).save(tmp_path / "7_R_CC.png")
+    colour = np.zeros((64, 80, 3), dtype=np.uint8)
+    colour[..., 0] = 200
+    Image.fromarray(colour).save(tmp_path / "tile.png")
+    _, layers = _open(str(tmp_path / "7_R_CC.png"))
+    assert layers[0].name == "R CC" and layers[0].data.shape == (128, 96)
+    _, layers = _open(str(tmp_path / "tile.png"))
+    assert layers[0].rgb and layers[0].metadata["medvl_kind"] == "slide"
+    assert layers[0].data[0].shape == (64, 80, 3)
