@@ -363,3 +363,26 @@ def test_reading_in_a_forked_worker_after_the_parent_read(tmp_path):
         worker.kill()
     assert not alive, "the forked reader hung"
     assert queue.get(timeout=5) == expected
+
+
+def test_rgba_and_grayscale_tiled_tiffs_become_rgb(tmp_path):
+    rgb = coordinate_image(200, 260)
+    alpha = np.full((200, 260, 1), 255, np.uint8)
+    alpha[:, :50] = 0  # transparent strip -> white
+    rgba_path = tmp_path / "rgba.tif"
+    tifffile.imwrite(
+        rgba_path,
+        np.concatenate([rgb, alpha], axis=2),
+        tile=(64, 64),
+        photometric="rgb",
+        extrasamples=["unassalpha"],
+    )
+    with open_slide(rgba_path) as slide:
+        pixels = np.asarray(slide.levels[0])
+        assert pixels.shape == (200, 260, 3)
+        assert (pixels[:, :50] == 255).all()
+        assert np.array_equal(pixels[:, 50:], rgb[:, 50:])
+    gray = rgb[..., 0]
+    tifffile.imwrite(tmp_path / "gray.tif", gray, tile=(64, 64), photometric="minisblack")
+    with open_slide(tmp_path / "gray.tif") as slide:
+        assert np.array_equal(np.asarray(slide.levels[0]), np.repeat(gray[..., None], 3, axis=2))
