@@ -43,44 +43,16 @@ def get_reader(path: str | Sequence[str]) -> Callable[..., list[LayerData]] | No
     return read_paths
 
 
-SLIDE_MODALITIES = ("SM",)
-
-
-def _kind(path: Path) -> str:
-    """'mammogram' or 'slide' for a file the engine will open.
-
-    DICOM by its Modality (SM = slide; MG, DX, CR, RG, OT and the rest = mammogram),
-    PNG by its colour mode (grayscale = mammogram), everything else a slide. Only
-    the header is read; decoding stays with the engine's openers.
-    """
-    suffix = path.suffix.lower()
-    if path.is_dir():
-        return "slide"
-    if suffix in (".dcm", ".dicom"):
-        import pydicom
-
-        try:
-            header = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["Modality"])
-        except Exception:
-            return "mammogram"  # unreadable: the mammogram opener words the error
-        modality = str(header.get("Modality", "") or "").upper()
-        return "slide" if modality in SLIDE_MODALITIES else "mammogram"
-    if suffix == ".png":
-        from PIL import Image
-
-        try:
-            with Image.open(path) as image:
-                mode = image.mode
-        except Exception:
-            return "slide"  # unreadable: the slide opener words the error
-        return "mammogram" if mode in ("1", "L", "LA", "I", "I;16", "I;16B", "F") else "slide"
-    return "slide"
-
-
 def _open(path: str) -> tuple[str, Any]:
-    """Open one file or DICOM folder as ("slide", Slide) or ("mammogram", Mammogram)."""
+    """Open one file or DICOM folder as ("slide", Slide) or ("mammogram", Mammogram).
+
+    The engine decides which: DICOM by its Modality (SM = slide), other images by
+    colour (grayscale = mammogram).
+    """
+    from medvl_engine.cli.cmd_info import detect_kind
+
     candidate = Path(path)
-    if _kind(candidate) == "mammogram":
+    if detect_kind(candidate) == "mammogram":
         from medvl_engine.io.mammo import open_mammogram
 
         return "mammogram", open_mammogram(candidate)
