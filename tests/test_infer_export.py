@@ -220,3 +220,20 @@ def test_bad_export_requests_are_explained(tmp_path):
         export_heatmap(tmp_path / "x.png", heatmap, store)
     with pytest.raises(ExportError, match="does not exist"):
         export_heatmap(tmp_path / "missing" / "x.csv", heatmap, store)
+
+
+def test_composite_at_a_chosen_pyramid_level(tmp_path):
+    from medvl_engine.export import composite_image
+    from medvl_engine.io.slide import open_slide
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    truth = make_synthetic_slide(tmp_path / "s.tiff", seed=6, size=(1600, 1000))
+    store = _store()
+    with open_slide(truth.path) as slide:
+        width, height = slide.level_dimensions[1]
+        rgb = composite_image(slide, _heatmap(store), level=1, legend=False, alpha=1.0)
+        assert rgb.shape == (height, width, 3)
+        # patch (200, 100) level-0 is at (100, 50) on level 1; min-max score 1 there
+        np.testing.assert_array_equal(rgb[75, 125], apply_colormap(np.array([1.0]))[0])
+        with pytest.raises(ExportError, match="Level 9 does not exist"):
+            composite_image(slide, _heatmap(store), level=9)

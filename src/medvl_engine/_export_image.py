@@ -47,13 +47,15 @@ def composite_image(
     heatmap: Any,
     *,
     max_size: int = 2048,
+    level: int | None = None,
     alpha: float = 0.5,
     colormap: str = "jet",
     boxes: np.ndarray | None = None,
     legend: bool = True,
     title: str | None = None,
 ) -> np.ndarray:
-    """The slide's thumbnail (longest side <= ``max_size``) with the heatmap blended, uint8 RGB.
+    """The slide with the heatmap blended, uint8 RGB: the whole pyramid ``level`` when given,
+    else a thumbnail whose longest side is at most ``max_size``.
 
     Heatmap values are coloured over ``heatmap.value_range``; NaN cells leave the slide
     visible. ``boxes`` [N, 4] (x0, y0, x1, y1) level-0 px are outlined and numbered by rank.
@@ -61,7 +63,18 @@ def composite_image(
     """
     from PIL import Image, ImageDraw
 
-    base = np.ascontiguousarray(np.asarray(slide.thumbnail(max_size))[..., :3])
+    if level is None:
+        base = np.asarray(slide.thumbnail(max_size))
+    else:
+        if not 0 <= level < len(slide.level_dimensions):
+            from medvl_engine.errors import ExportError
+
+            raise ExportError(
+                f"Level {level} does not exist in {Path(str(slide.path)).name}; choose one of "
+                f"0..{len(slide.level_dimensions) - 1}."
+            )
+        base = slide.read_region((0, 0), level, slide.level_dimensions[level])
+    base = np.ascontiguousarray(base[..., :3])
     height, width = base.shape[:2]
     width0, height0 = slide.dimensions
     per_px = (width0 / width, height0 / height)

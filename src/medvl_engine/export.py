@@ -108,13 +108,15 @@ def export_heatmap(
     geojson_style: str = "tiles",
     contour_levels: list[float] | None = None,
     max_size: int = 2048,
+    level: int | None = None,
     alpha: float = 0.5,
     colormap: str = "jet",
 ) -> Path:
     """Write ``heatmap`` (and optional ``boxes`` [N, 4] level-0 px) to ``path`` by its suffix.
 
     .geojson/.json: tiles (one square per patch) or iso-contours (``geojson_style``), plus
-    boxes; .png/.jpg: composite over ``slide`` (needed) with legend; .tif/.tiff: the coloured
+    boxes; .png/.jpg: composite over ``slide`` (needed) at pyramid ``level`` or fitting
+    ``max_size``, with legend; .tif/.tiff: the coloured
     heatmap as a pyramidal TIFF with the slide's mpp; .npz: scores, coords and transform;
     .csv: one row per patch, or per box when ``boxes`` are given.
     """
@@ -156,7 +158,13 @@ def export_heatmap(
                 path,
             )
         rgb = composite_image(
-            slide, heatmap, max_size=max_size, alpha=alpha, colormap=colormap, boxes=boxes
+            slide,
+            heatmap,
+            max_size=max_size,
+            level=level,
+            alpha=alpha,
+            colormap=colormap,
+            boxes=boxes,
         )
         return write_image(path, rgb)
     if suffix in (".tif", ".tiff"):

@@ -49,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="iso-contour levels for --geojson-style contours",
     )
     parser.add_argument("--max-size", type=int, default=2048, help="longest side of a PNG/JPEG")
+    parser.add_argument("--level", type=int, default=None, help="PNG/JPEG at this pyramid level")
     parser.add_argument("--colormap", choices=("jet", "coolwarm", "gray"), default="jet")
     parser.add_argument("--device", default="cpu")
 
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 geojson_style=args.geojson_style,
                 contour_levels=args.levels,
                 max_size=args.max_size,
+                level=args.level,
                 colormap=args.colormap,
             )
             print(out)
