@@ -67,8 +67,8 @@ class _TiledPageSource:
         self.tile_hw = (int(page.tilelength), int(page.tilewidth))
         self.samples = int(page.samplesperpixel)
         self.tiles_across = math.ceil(width / self.tile_hw[1])
-        self.offsets = tuple(int(o) for o in page.dataoffsets)
-        self.counts = tuple(int(c) for c in page.databytecounts)
+        self.offsets = page.dataoffsets  # tifffile's own sequences: no copy on open
+        self.counts = page.databytecounts
         keyframe = page.keyframe
         self.decode = keyframe.decode
         self.decode_args: dict[str, Any] = {"_fullsize": True}
@@ -82,8 +82,9 @@ class _TiledPageSource:
         index = row * self.tiles_across + col
         if index >= len(self.offsets) or self.counts[index] == 0:
             return None
-        data = self.reader.read(self.offsets[index], self.counts[index])
-        if len(data) != self.counts[index]:
+        offset, count = int(self.offsets[index]), int(self.counts[index])
+        data = self.reader.read(offset, count)
+        if len(data) != count:
             raise ValueError("tile data ends before its recorded length")
         segment = self.decode(data, index, **self.decode_args)[0]
         if segment is None:
