@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -82,3 +83,20 @@ def test_demo_runs_end_to_end_when_models_are_missing(tmp_path, capsys, headless
     with Image.open(out / "mammograms.png") as image:
         assert image.mode == "L"
     assert not (out / "heatmap.png").exists()
+
+
+@pytest.mark.gui
+def test_demo_under_a_virtual_display_saves_viewer_screenshots(tmp_path, capsys, monkeypatch):
+    import os
+
+    if "xvfb-run." not in os.environ.get("XAUTHORITY", "") or not os.environ.get("DISPLAY"):
+        pytest.skip("needs to run under xvfb-run")
+    monkeypatch.delenv("MEDVL_HEADLESS", raising=False)
+    out = tmp_path / "demo"
+    missing = ["--model", str(tmp_path / "none"), "--topk-model", str(tmp_path / "none")]
+    assert main(["demo", "--out", str(out), "--slide-size", "1024x768", *missing]) == 0
+    for name in ("viewer-1.png", "viewer-2.png"):
+        with Image.open(out / name) as image:
+            pixels = np.asarray(image)
+        assert pixels.shape[0] > 300 and pixels.shape[1] > 300
+        assert pixels.std() > 10  # a rendered window, not a blank frame

@@ -13,7 +13,7 @@ from napari_medvl._layers import (
     topk_layers,
 )
 
-__all__ = ["scene_layers", "show_scene"]
+__all__ = ["save_screenshots", "scene_layers", "show_scene"]
 
 
 def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
@@ -85,3 +85,22 @@ def show_scene(scene: Any, run: bool = True) -> list[Any]:
     if run:
         napari.run()
     return viewers
+
+
+def save_screenshots(viewers: list[Any], out: Any) -> list[Any]:
+    """Save each viewer's window as ``viewer-<n>.png`` in ``out``, close it, return the paths."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    from medvl_engine._atomic import atomic_write
+
+    written = []
+    for number, viewer in enumerate(viewers, start=1):
+        viewer.reset_view()
+        pixels = viewer.screenshot(canvas_only=False, flash=False)
+        image = Image.fromarray(pixels[..., :3])
+        path = Path(out) / f"viewer-{number}.png"
+        written.append(atomic_write(path, lambda temporary, i=image: i.save(temporary, "PNG")))
+        viewer.close()
+    return written

@@ -56,6 +56,11 @@ def _size(text: str) -> tuple[int, int]:
     return width, height
 
 
+def virtual_display() -> bool:
+    """True under xvfb-run, a display nobody looks at (its Xauthority is in /tmp/xvfb-run.*)."""
+    return "xvfb-run." in os.environ.get("XAUTHORITY", "")
+
+
 def display_available() -> bool:
     """True when a window can open: DISPLAY or WAYLAND_DISPLAY set and MEDVL_HEADLESS unset."""
     if os.environ.get("MEDVL_HEADLESS"):
@@ -185,15 +190,20 @@ def run(args: argparse.Namespace) -> int:
     scene = build_scene(args.out, args.prompt, args.model, args.topk_model, args.k, args.slide_size)
     for note in scene.notes:
         _say(note)
-    if display_available() and not args.headless:
+    from medvl_engine.cli._demo_files import write_scene
+
+    show = display_available() and not args.headless
+    if show and not virtual_display():
         from napari_medvl._demo_viewer import show_scene
 
         show_scene(scene)
         return 0
-    from medvl_engine.cli._demo_files import write_scene
-
     notes_before = len(scene.notes)
     written = write_scene(scene)
+    if show:  # a virtual display: render the viewers to files instead of waiting on a window
+        from napari_medvl._demo_viewer import save_screenshots, show_scene
+
+        written.extend(save_screenshots(show_scene(scene, run=False), scene.out))
     for note in scene.notes[notes_before:]:
         _say(note)
     _say(f"wrote {len(written)} file(s):")
