@@ -74,7 +74,7 @@ def write_svs(
 def write_dicom(path: Path, pixels: np.ndarray | None, **attributes) -> Path:
     """An uncompressed (explicit VR little endian) grayscale DICOM image with extra attributes.
 
-    ``pixels`` uint8 or uint16 [H, W]; None writes a dataset without Pixel Data.
+    ``pixels`` uint8, uint16 or int16 [H, W]; None writes a dataset without Pixel Data.
     Sequence attributes may be given as lists of dicts.
     """
     from pydicom.dataset import Dataset, FileMetaDataset
@@ -101,7 +101,7 @@ def write_dicom(path: Path, pixels: np.ndarray | None, **attributes) -> Path:
         dataset.BitsAllocated = bits
         dataset.BitsStored = bits if bits == 8 else 12
         dataset.HighBit = dataset.BitsStored - 1
-        dataset.PixelRepresentation = 0
+        dataset.PixelRepresentation = 1 if np.issubdtype(pixels.dtype, np.signedinteger) else 0
         data = np.ascontiguousarray(pixels).tobytes()
         if meta.TransferSyntaxUID.is_compressed:
             from pydicom.encaps import encapsulate

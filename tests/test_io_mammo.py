@@ -93,6 +93,22 @@ def test_modality_lut_then_selected_window_then_inversion(tmp_path):
         open_mammogram(path, voi_index=2)
 
 
+def test_signed_stored_values(tmp_path):
+    stored = np.array([[-2000, -1000], [0, 1500]], np.int16)
+    path = write_dicom(
+        tmp_path / "signed.dcm",
+        stored,
+        RescaleSlope=1,
+        RescaleIntercept=1000,
+        WindowCenter=1000,
+        WindowWidth=2001,
+    )
+    expected = linear(stored.astype(float) + 1000, 1000, 2001)
+    assert open_mammogram(path).pixels == pytest.approx(expected, abs=1e-6)
+    full_range = open_mammogram(write_dicom(tmp_path / "plain.dcm", stored)).pixels
+    assert full_range == pytest.approx((stored + 2000.0) / 3500.0, abs=1e-6)
+
+
 def test_sigmoid_window(tmp_path):
     stored = np.array([[1000, 1500], [2000, 2500]], np.uint16)
     path = write_dicom(

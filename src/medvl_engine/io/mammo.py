@@ -393,7 +393,12 @@ def _display_pixels(
         low, high = int(stored.min()), int(stored.max())
         use_table = high - low <= 2**16
     if use_table:
-        offsets = (stored.astype(np.int64) - low) if low else stored
+        if low == 0:
+            offsets = stored
+        elif np.issubdtype(stored.dtype, np.unsignedinteger):
+            offsets = stored - stored.dtype.type(low)  # every value >= low: no wrap-around
+        else:
+            offsets = stored.astype(np.int32) - np.int32(low)
         inputs = np.arange(low, high + 1, dtype=np.float64)
         present = None
         if not voi_options(dataset):  # the full-range window needs the levels that occur
