@@ -35,6 +35,7 @@ __all__ = [
     "breast_image",
     "open_mammogram",
     "parse_file_name",
+    "voi_options",
     "MAMMOGRAM_SUFFIXES",
 ]
 

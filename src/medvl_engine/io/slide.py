@@ -24,7 +24,7 @@ import numpy as np
 from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
 from medvl_engine.io._levels import as_dask_level
 
-__all__ = ["Slide", "open_slide", "SLIDE_SUFFIXES"]
+__all__ = ["SLIDE_SUFFIXES", "Slide", "open_slide", "sniff_kind"]
 
 SLIDE_SUFFIXES = (
     ".svs", ".ndpi", ".tif", ".tiff", ".ome.tif", ".ome.tiff", ".dcm",
