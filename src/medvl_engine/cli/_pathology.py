@@ -33,6 +33,12 @@ def encoder_and_store(
                     f"in {encoder.embed_dim}; pass the model the features were extracted with.",
                     features,
                 )
+            if store.encoder and store.encoder != encoder.name:
+                print(
+                    f"medvl: note: {features.name} was extracted with {store.encoder}; prompts "
+                    f"are encoded with {encoder.name}, which must share its embedding space.",
+                    file=sys.stderr,
+                )
             if store.mpp is None and slide.mpp is not None:
                 store.mpp = tuple(slide.mpp)
         else:
