@@ -170,3 +170,12 @@ def test_topk_boxes_sit_on_their_views_with_engine_ranks():
     np.testing.assert_allclose(np.asarray(rectangles[0]).max(axis=0), [576.0, 956.0])
     assert list(kwargs["features"]["rank"]) == [1]
     assert by_name["TopK boxes MLO"][0] == []
+
+
+def test_prompts_split_on_semicolons_and_name_their_heatmap():
+    from napari_medvl._heatmap_job import parse_prompts, prompt_label
+
+    assert parse_prompts(" tumor ; stroma;;\nfat ") == ["tumor", "stroma", "fat"]
+    assert prompt_label(("tumor", "stroma"), "contrast") == "tumor - stroma"
+    assert prompt_label(("tumor", "stroma", "fat"), "softmax") == "tumor vs stroma, fat"
+    assert prompt_label(("tumor",), "cosine") == "tumor"

@@ -137,12 +137,25 @@ def test_unknown_model_gives_a_notification_not_an_exception(
     assert not any(layer.name.startswith("heatmap") for layer in viewer.layers)
 
 
-def test_incomplete_input_is_reported_before_any_work(make_napari_viewer):
+def test_incomplete_input_is_reported_before_any_work(make_napari_viewer, small_slide):
     viewer = make_napari_viewer()
     widget = HeatmapWidget(viewer)
     before = len(notification_manager.records)
     assert widget.run() is None
     assert "No slide layer" in notification_manager.records[before].message
+
+    _open_slide(viewer, small_slide.path)
+    for mode, prompts, expected in (
+        ("contrast", "tumor", "exactly two prompts"),
+        ("softmax", "tumor", "two or more prompts"),
+        ("cosine", " ; ", "prompt is empty"),
+    ):
+        widget.mode.value = mode
+        widget.prompts.value = prompts
+        before = len(notification_manager.records)
+        assert widget.run() is None
+        assert expected in notification_manager.records[before].message
+    assert not widget.runner.running
 
 
 def test_heatmap_is_visible_over_the_tumor_in_a_screenshot(

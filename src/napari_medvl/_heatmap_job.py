@@ -59,7 +59,10 @@ class HeatmapOutcome:
 
 @dataclass
 class FeatureCache:
-    """Encoders and feature stores loaded in this session (keys: model; slide + model + grid)."""
+    """Encoders and feature stores loaded in this session (keys: model; slide + model).
+
+    ``lock`` lets one extraction at a time write to the cache folder.
+    """
 
     root: Path | None = None
     encoders: dict[str, Any] = field(default_factory=dict)
@@ -128,14 +131,14 @@ def heatmap_job(
         )
         check_cancel()
         store_path = cache.folder() / f"{_store_key(request.slide, encoder, grid)}.zarr"
+
+        def extract_alone(*args: Any, progress: Any) -> Any:
+            # a cancelled job may still be finishing its batch on the same store
+            with cache.lock:
+                return extract_features(*args, progress=progress)
+
         store = yield from run_with_progress(
-            "features",
-            extract_features,
-            request.slide,
-            encoder,
-            grid,
-            store_path,
-            cancel=cancel,
+            "features", extract_alone, request.slide, encoder, grid, store_path, cancel=cancel
         )
         cache.stores[slide_model_key] = store
         extracted = True
