@@ -386,3 +386,16 @@ def test_rgba_and_grayscale_tiled_tiffs_become_rgb(tmp_path):
     tifffile.imwrite(tmp_path / "gray.tif", gray, tile=(64, 64), photometric="minisblack")
     with open_slide(tmp_path / "gray.tif") as slide:
         assert np.array_equal(np.asarray(slide.levels[0]), np.repeat(gray[..., None], 3, axis=2))
+
+
+def test_reads_without_pread(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.delattr(os, "pread")  # as on Windows
+    image = coordinate_image(400, 500)
+    path = write_pyramid_tiff(tmp_path / "w.tif", pyramid(image, 2), tile=64)
+    with open_slide(path) as slide:
+        assert np.array_equal(np.asarray(slide.levels[0]), image)
+        assert np.array_equal(
+            slide.read_region((64, 32), 1, (60, 50)), image[::2, ::2][16:66, 32:92]
+        )

@@ -20,7 +20,7 @@ import numpy as np
 from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
 from medvl_engine.io._levels import (
     LazyImages,
-    closed_error,
+    PositionalFile,
     decode_pool,
     decode_workers,
     to_rgb,
@@ -171,7 +171,7 @@ class _FrameSource:
             )
         self.ranges = _frame_ranges(path, dataset, pixel_offset)
         self.frame_of = self._frame_map(dataset)
-        self.fd = os.open(path, os.O_RDONLY)
+        self.file = PositionalFile(path)
         self.read = wrap_decode_errors(path, level)(self._read)
 
     def _frame_map(self, dataset: Any) -> dict[tuple[int, int], int]:
@@ -193,9 +193,7 @@ class _FrameSource:
 
     def _frame(self, index: int) -> np.ndarray:
         offset, count = self.ranges[index]
-        if self.fd < 0:
-            raise closed_error(self.path)
-        data = os.pread(self.fd, count, offset)
+        data = self.file.read(offset, count)
         if len(data) != count:
             raise ValueError("frame data ends before its recorded length")
         tile_h, tile_w = self.tile_hw
@@ -241,9 +239,7 @@ class _FrameSource:
         return out
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()
 
 
 def _whole_image(source: _FrameSource):

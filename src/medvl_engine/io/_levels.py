@@ -27,6 +27,7 @@ from medvl_engine.errors import CorruptFileError, MedVLError
 
 __all__ = [
     "LazyImages",
+    "PositionalFile",
     "PixelSource",
     "as_dask_level",
     "chunk_grid",
@@ -114,6 +115,29 @@ def to_rgb(pixels: np.ndarray) -> np.ndarray:
         rgb = pixels[..., :3].astype(np.uint16)
         return ((rgb * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
     return pixels[..., :3]
+
+
+class PositionalFile:
+    """Thread-safe reads at file offsets: ``os.pread`` where the OS has it, else seek + read."""
+
+    def __init__(self, path: os.PathLike | str) -> None:
+        self.path = Path(path)
+        self._handle = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        self._lock = threading.Lock()
+        self._pread = getattr(os, "pread", None)
+
+    def read(self, offset: int, count: int) -> bytes:
+        """``count`` bytes from ``offset`` (fewer at the end of the file)."""
+        if self._handle.closed:
+            raise closed_error(self.path)
+        if self._pread is not None:
+            return self._pread(self._handle.fileno(), count, offset)
+        with self._lock:
+            self._handle.seek(offset)
+            return self._handle.read(count)
+
+    def close(self) -> None:
+        self._handle.close()
 
 
 def closed_error(path: os.PathLike | str) -> MedVLError:

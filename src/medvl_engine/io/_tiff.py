@@ -10,7 +10,6 @@ multi-page levels) are read through tiffslide's zarr store.
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
 from medvl_engine.io._levels import (
     LazyImages,
-    closed_error,
+    PositionalFile,
     decode_pool,
     decode_workers,
     to_rgb,
@@ -37,28 +36,10 @@ _PHI_KEY_WORDS = ("patient", "birth", "accession", "user", "filename", "barcode"
 _WHITE = 255
 
 
-class _FileReader:
-    """Thread-safe positional reads of one file (``os.pread`` on a private descriptor)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY)
-
-    def read(self, offset: int, count: int) -> bytes:
-        if self.fd < 0:
-            raise closed_error(self.path)
-        return os.pread(self.fd, count, offset)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
 class _TiledPageSource:
     """Pixels of one tiled, chunky TIFF page, decoded tile by tile (rows, cols in level px)."""
 
-    def __init__(self, path: Path, reader: _FileReader, page: Any, level: int) -> None:
+    def __init__(self, path: Path, reader: PositionalFile, page: Any, level: int) -> None:
         self.path = path
         self.reader = reader
         height, width = int(page.imagelength), int(page.imagewidth)
@@ -306,7 +287,7 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
             path,
         )
 
-    reader = _FileReader(path)
+    reader = PositionalFile(path)
     parts.closers.append(reader.close)
     group = None
     for level_index, level in enumerate(series.levels):
