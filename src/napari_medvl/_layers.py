@@ -1,7 +1,7 @@
 """Pure layer builders: engine objects in, napari LayerData tuples out.
 
 Nothing here needs a viewer. Each builder returns ``(data, kwargs, layer_type)``,
-the tuple napari readers return and ``viewer._add_layer_from_data`` accepts.
+the tuple napari readers return and ``napari.layers.Layer.create(*tuple)`` takes.
 
 World frame (the one every slide layer shares): micrometres when the slide has
 an mpp, else level-0 pixels, origin at the top-left corner of the slide. A
