@@ -218,3 +218,17 @@ def test_unreachable_hub_fails_at_once_even_when_offline_mode_is_off(monkeypatch
     with pytest.raises(ModelNotFoundError, match="'vinid/plip'.*could not be reached"):
         load_encoder("plip")
     assert time.perf_counter() - start < 5
+
+
+def test_clip_text_side_saves_as_a_tower_paired_with_its_vision(clip_folder, tmp_path):
+    clip = load_encoder(clip_folder)
+    prompts = ["tumor", "a b c"]
+    expected = clip.encode_text(prompts)
+    torch.testing.assert_close(
+        torch.nn.functional.normalize(clip.text_tower.encode(prompts), dim=-1), expected
+    )
+    folder = save_text_tower_folder(tmp_path / "plip-limit", clip.text_tower, str(clip_folder))
+    paired = load_encoder(folder)
+    torch.testing.assert_close(paired.encode_text(prompts), expected, atol=1e-6, rtol=0)
+    patches = _patches()
+    torch.testing.assert_close(paired.encode_patches(patches), clip.encode_patches(patches))

@@ -9,6 +9,7 @@ import torch
 
 from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._preprocess import ImagePreprocess
+from medvl_engine.encoders._text_tower import TextTower
 from medvl_engine.errors import ModelNotFoundError
 
 __all__ = ["ClipEncoder", "load_clip_folder"]
@@ -36,6 +37,7 @@ class ClipEncoder(PatchTextEncoder):
         self.patch_size = int(preprocess.crop_size[0])
         self.target_mpp = float(target_mpp)
         self.max_text_length = int(model.config.text_config.max_position_embeddings)
+        self.text_tower = _clip_text_tower(self.model, tokenizer, self.max_text_length)
 
     def _embed_patches(self, patches: torch.Tensor) -> torch.Tensor:
         pixels = self.preprocess(patches)
@@ -43,17 +45,28 @@ class ClipEncoder(PatchTextEncoder):
         return self.model.visual_projection(pooled)
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
-        tokens = self.tokenizer(
-            texts,
-            padding=True,
-            truncation=True,
-            max_length=self.max_text_length,
-            return_tensors="pt",
-        ).to(self.device)
-        pooled = self.model.text_model(
-            input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"]
-        ).pooler_output
-        return self.model.text_projection(pooled)
+        return self.text_tower.encode(texts)
+
+
+def _clip_text_tower(model: torch.nn.Module, tokenizer, max_length: int) -> TextTower:
+    """The CLIP text side as a :class:`TextTower` sharing the model's modules (no copy).
+
+    pooled = EOS-token state of the text transformer, then ``text_projection``; a LIMIT run
+    can tune it and save it as a "medvl-text-tower" folder paired with this CLIP's vision side.
+    """
+    from transformers import CLIPTextModel
+
+    config = model.config.text_config
+    if isinstance(model.text_model, CLIPTextModel):  # transformers >= 5
+        backbone = model.text_model
+    else:  # older releases hold the bare transformer; wrap it without copying weights
+        backbone = CLIPTextModel(config)
+        backbone.text_model = model.text_model
+    projection = torch.nn.Linear(config.hidden_size, model.config.projection_dim, bias=False)
+    projection.weight = model.text_projection.weight
+    return TextTower(
+        backbone, tokenizer, pooling="pooler", projection=projection, max_length=max_length
+    )
 
 
 def load_clip_folder(
