@@ -142,3 +142,20 @@ def test_png_is_a_mammogram_when_grayscale_and_a_slide_when_colour(tmp_path):
     _, layers = _open(str(tmp_path / "tile.png"))
     assert layers[0].rgb and layers[0].metadata["medvl_kind"] == "slide"
     assert layers[0].data[0].shape == (64, 80, 3)
+
+
+def test_a_folder_of_dicom_wsi_files_opens_as_one_slide(sample_file, tmp_path):
+    import shutil
+
+    for name in ("boxes_0.dcm", "boxes_1.dcm"):
+        shutil.copy(sample_file(f"dicom/{name}"), tmp_path / name)
+    assert get_reader(str(tmp_path)) is not None
+    _, layers = _open(str(tmp_path))
+    assert len(layers) == 1
+    assert layers[0].metadata["medvl_kind"] == "slide"
+    np.testing.assert_allclose(layers[0].scale, [0.499, 0.499])
+
+
+def test_a_folder_without_dicom_is_declined(tmp_path):
+    (tmp_path / "notes.txt").write_text("no images here")
+    assert get_reader(str(tmp_path)) is None
