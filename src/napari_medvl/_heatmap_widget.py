@@ -28,6 +28,13 @@ MODES = ("cosine", "softmax", "contrast")
 NORMALIZATIONS = ("none", "percentile", "minmax", "fixed")
 
 
+def _model_tooltip() -> str:
+    from medvl_engine.encoders import available_encoders
+
+    names = ", ".join(entry.name for entry in available_encoders())
+    return f"A registered encoder ({names}), a model folder or a Hugging Face id."
+
+
 class HeatmapWidget(Container):
     """Text prompt heatmap over a whole-slide image layer."""
 
@@ -35,7 +42,7 @@ class HeatmapWidget(Container):
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else FeatureCache()
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
-        self.model = LineEdit(label="model", value="medvl-demo")
+        self.model = LineEdit(label="model", value="medvl-demo", tooltip=_model_tooltip())
         self.prompts = LineEdit(
             label="prompts", value="tumor", tooltip="one prompt, or several separated by ';'"
         )
