@@ -74,6 +74,7 @@ class TopKSigLIPConfig:
     vision_pretrained: str | None = "facebook/convnext-tiny-224"
     vision_depths: list[int] = field(default_factory=lambda: [3, 3, 9, 3])
     vision_hidden_sizes: list[int] = field(default_factory=lambda: [96, 192, 384, 768])
+    vision_layer_scale_init: float = 1e-6  # ConvNeXt's residual scale at random init
     vision_mode: Literal["topk", "full_image"] = "topk"
     full_image_resolution: int = 1024  # side of the resized image for vision_mode=full_image
     image_size: int = 1536  # breast image side S (CC on the top half, MLO below)
@@ -139,7 +140,10 @@ class TopKSigLIP(nn.Module):
         self.tokenizer = tokenizer
         self.geometry = config.geometry()
         self.backbone = _convnext.build_convnext(
-            config.vision_depths, config.vision_hidden_sizes, config.vision_pretrained
+            config.vision_depths,
+            config.vision_hidden_sizes,
+            config.vision_pretrained,
+            layer_scale_init=config.vision_layer_scale_init,
         )
         widths = config.vision_hidden_sizes
         self.scorer_head = nn.Conv2d(widths[-2], 1, kernel_size=1)
