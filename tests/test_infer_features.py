@@ -187,3 +187,26 @@ def test_an_unrelated_folder_is_never_overwritten(slide, encoder, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert extract_features(slide, encoder, grid, empty).n_patches == len(grid.coords)
+
+
+def test_a_progress_callback_that_raises_stops_and_leaves_a_resumable_store(
+    slide, encoder, tmp_path
+):
+    grid = RegularGrid(slide.dimensions, patch_size=64, stride=32)
+
+    def stop_after_three_batches(done: int, total: int) -> None:
+        if done >= 24:
+            raise CancelledError("stopped by the user")
+
+    with pytest.raises(CancelledError, match="stopped by the user"):
+        extract_features(
+            slide,
+            encoder,
+            grid,
+            tmp_path / "s.zarr",
+            batch_size=8,
+            progress=stop_after_three_batches,
+        )
+    store = extract_features(slide, encoder, grid, tmp_path / "s.zarr", batch_size=8)
+    assert store.n_patches == len(grid.coords)
+    np.testing.assert_allclose(np.linalg.norm(store.features, axis=1), 1.0, atol=1e-5)

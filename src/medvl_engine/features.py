@@ -190,26 +190,28 @@ def extract_features(
                 pending.append((start, pool.submit(read_batch, start)))
 
         top_up()
-        while pending:
-            if is_cancelled():
-                for _, future in pending:
-                    future.cancel()
-                raise CancelledError(
-                    f"Feature extraction for {Path(attrs['slide']).name or 'the slide'} was "
-                    f"cancelled after {done} of {total} patches; run it again with the same "
-                    f"output {out_path} to resume."
-                )
-            start, future = pending.popleft()
-            patches = future.result()
-            top_up()
-            with autocast:
-                embeddings = encoder.encode_patches(patches, normalize=True)
-            end = start + len(patches)
-            features[start:end] = embeddings.float().numpy()
-            group.attrs["n_done"] = end
-            done = end
-            if progress is not None:
-                progress(done, total)
+        try:
+            while pending:
+                if is_cancelled():
+                    raise CancelledError(
+                        f"Feature extraction for {Path(attrs['slide']).name or 'the slide'} was "
+                        f"cancelled after {done} of {total} patches; run it again with the same "
+                        f"output {out_path} to resume."
+                    )
+                start, future = pending.popleft()
+                patches = future.result()
+                top_up()
+                with autocast:
+                    embeddings = encoder.encode_patches(patches, normalize=True)
+                end = start + len(patches)
+                features[start:end] = embeddings.float().numpy()
+                group.attrs["n_done"] = end
+                done = end
+                if progress is not None:
+                    progress(done, total)
+        finally:  # stopped early (cancel, a raising progress callback): drop queued reads
+            for _, future in pending:
+                future.cancel()
     return FeatureStore.open(out_path)
 
 
