@@ -21,8 +21,7 @@ from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
 from medvl_engine.io._levels import (
     LazyImages,
     PositionalFile,
-    decode_pool,
-    decode_workers,
+    for_each_in_parallel,
     to_rgb,
     wrap_decode_errors,
 )
@@ -219,23 +218,17 @@ class _FrameSource:
             if (row, col) in self.frame_of
         ]
 
-        def place_all(group: list[tuple[int, int]]) -> None:
-            for row, col in group:
-                tile = to_rgb(self._frame(self.frame_of[(row, col)]))
-                ty, tx = row * tile_h, col * tile_w
-                sy0, sy1 = max(y0, ty), min(y1, ty + tile_h)
-                sx0, sx1 = max(x0, tx), min(x1, tx + tile_w)
-                out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = tile[
-                    sy0 - ty : sy1 - ty, sx0 - tx : sx1 - tx
-                ]
+        def place(cell: tuple[int, int]) -> None:
+            row, col = cell
+            tile = to_rgb(self._frame(self.frame_of[(row, col)]))
+            ty, tx = row * tile_h, col * tile_w
+            sy0, sy1 = max(y0, ty), min(y1, ty + tile_h)
+            sx0, sx1 = max(x0, tx), min(x1, tx + tile_w)
+            out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = tile[
+                sy0 - ty : sy1 - ty, sx0 - tx : sx1 - tx
+            ]
 
-        workers = min(len(cells), decode_workers())
-        if workers <= 1:
-            place_all(cells)
-        else:
-            groups = [cells[start::workers] for start in range(workers)]
-            for future in [decode_pool().submit(place_all, group) for group in groups]:
-                future.result()
+        for_each_in_parallel(place, cells)
         return out
 
     def close(self) -> None:

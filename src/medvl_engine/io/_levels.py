@@ -34,6 +34,7 @@ __all__ = [
     "closed_error",
     "decode_pool",
     "decode_workers",
+    "for_each_in_parallel",
     "to_rgb",
     "wrap_decode_errors",
 ]
@@ -90,6 +91,32 @@ def _register_fork_hook() -> None:
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=forget_parent_pool)
     _fork_hook_registered = True
+
+
+def for_each_in_parallel(function: Callable[[Any], None], items: Sequence[Any]) -> None:
+    """Call ``function`` on every item, split over the decode pool and the calling thread.
+
+    Items are dealt round-robin into one group per core; the calling thread
+    works through one group itself instead of waiting idle, which also keeps
+    the number of runnable threads low on a busy machine.
+    """
+    workers = min(len(items), decode_workers())
+    if workers <= 1:
+        for item in items:
+            function(item)
+        return
+
+    def run(group: Sequence[Any]) -> None:
+        for item in group:
+            function(item)
+
+    groups = [items[start::workers] for start in range(workers)]
+    futures = [decode_pool().submit(run, group) for group in groups[1:]]
+    try:
+        run(groups[0])
+    finally:
+        for future in futures:
+            future.result()
 
 
 def chunk_grid(length: int, tile: int, target: int = CHUNK_TARGET_PX) -> tuple[int, ...]:

@@ -21,8 +21,7 @@ from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
 from medvl_engine.io._levels import (
     LazyImages,
     PositionalFile,
-    decode_pool,
-    decode_workers,
+    for_each_in_parallel,
     to_rgb,
     wrap_decode_errors,
 )
@@ -96,17 +95,7 @@ class _TiledPageSource:
                 return
             target[...] = to_rgb(tile[sy0 - ty0 : sy1 - ty0, sx0 - tx0 : sx1 - tx0])
 
-        def place_all(group: list[tuple[int, int]]) -> None:
-            for cell in group:
-                place(cell)
-
-        workers = min(len(cells), decode_workers())
-        if workers <= 1:
-            place_all(cells)
-        else:
-            groups = [cells[start::workers] for start in range(workers)]
-            for future in [decode_pool().submit(place_all, group) for group in groups]:
-                future.result()
+        for_each_in_parallel(place, cells)
         return out
 
 
