@@ -109,6 +109,22 @@ def test_signed_stored_values(tmp_path):
     assert full_range == pytest.approx((stored + 2000.0) / 3500.0, abs=1e-6)
 
 
+def test_presentation_lut_shape_inverse_inverts_monochrome2_once(tmp_path):
+    stored = np.array([[0, 1000], [2000, 4095]], np.uint16)
+    common = {"WindowCenter": 2048, "WindowWidth": 4096}
+    plain = open_mammogram(write_dicom(tmp_path / "a.dcm", stored, **common)).pixels
+    inverse = write_dicom(tmp_path / "b.dcm", stored, PresentationLUTShape="INVERSE", **common)
+    assert open_mammogram(inverse).pixels == pytest.approx(1 - plain, abs=1e-6)
+    both = write_dicom(
+        tmp_path / "c.dcm",
+        stored,
+        PhotometricInterpretation="MONOCHROME1",
+        PresentationLUTShape="INVERSE",
+        **common,
+    )
+    assert open_mammogram(both).pixels == pytest.approx(1 - plain, abs=1e-6)
+
+
 def test_sigmoid_window(tmp_path):
     stored = np.array([[1000, 1500], [2000, 2500]], np.uint16)
     path = write_dicom(

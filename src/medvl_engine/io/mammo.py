@@ -4,9 +4,10 @@ DICOM (any transfer syntax pydicom's installed plugins decode) goes through
 the standard grayscale pipeline in order: Modality LUT (rescale or LUT
 sequence) -> VOI LUT (window centre/width with LINEAR / LINEAR_EXACT /
 SIGMOID, or a VOI LUT sequence item; ``voi_index`` picks one when several are
-present) -> MONOCHROME1 inversion. PNG and TIFF (8 or 16 bit) are read as
-already-processed display images. Pixels are float32 [H, W] in [0, 1], rows
-and columns of the source image.
+present) -> MONOCHROME1 inversion (also applied for Presentation LUT Shape
+INVERSE; never twice). Multi-frame images give their first frame. PNG and
+TIFF (8 or 16 bit) are read as already-processed display images. Pixels are
+float32 [H, W] in [0, 1], rows and columns of the source image.
 """
 
 from __future__ import annotations
@@ -414,7 +415,10 @@ def _display_pixels(
             path,
         ) from error
     display, voi_name = _apply_voi(path, dataset, values, voi_index, present)
-    if photometric == "MONOCHROME1":
+    # MONOCHROME1 shows low values white; its Presentation LUT Shape is INVERSE by rule
+    # (PS3.3 C.11.6.1), so the two ask for one inversion, which INVERSE alone also asks for.
+    shape = (_text(dataset.get("PresentationLUTShape")) or "").upper()
+    if photometric == "MONOCHROME1" or shape == "INVERSE":
         display = _voi.invert_monochrome1(display)
     display = np.clip(display, 0.0, 1.0).astype(np.float32)
     if use_table:
