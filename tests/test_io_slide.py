@@ -248,6 +248,8 @@ def test_missing_empty_and_unknown_files(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(UnsupportedFormatError, match="notes.txt: not a slide format"):
         open_slide(tmp_path / "notes.txt")
+    with pytest.raises(UnsupportedFormatError, match="holds no DICOM files"):
+        open_slide(tmp_path)
 
 
 def _assembled_frames(path):
