@@ -62,6 +62,7 @@ def originals(sample_data):
     max_examples=45,
     deadline=None,
     derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(which=st.integers(0, 99), change=damage)
