@@ -8,10 +8,12 @@ states ``[T, L, D] -> [T, D]``. ``"all-MiniLM-L6-v2"`` resolves to the copy ship
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
 from medvl_engine.errors import MissingDependencyError
@@ -41,8 +43,19 @@ def resolve_bert_source(name_or_path: str) -> str:
 
 
 def load_bert_tokenizer(name_or_path: str | Path) -> Any:
-    """The tokenizer of a BERT text model folder (or :data:`MINILM`)."""
-    return AutoTokenizer.from_pretrained(resolve_bert_source(str(name_or_path)))
+    """The tokenizer of a BERT text model folder (or :data:`MINILM`).
+
+    A folder naming its ``tokenizer_class`` is loaded with that class directly, so the
+    folder's own ``config.json`` (a TopKSigLIP config in a model folder) is not consulted.
+    """
+    source = resolve_bert_source(str(name_or_path))
+    settings = Path(source) / "tokenizer_config.json"
+    if settings.is_file():
+        name = json.loads(settings.read_text(encoding="utf-8")).get("tokenizer_class")
+        tokenizer_class = getattr(transformers, str(name), None) if name else None
+        if tokenizer_class is not None:
+            return tokenizer_class.from_pretrained(source)
+    return AutoTokenizer.from_pretrained(source)
 
 
 def build_bert_model(pretrained: str | None, config_fields: dict[str, Any]) -> BertModel:
