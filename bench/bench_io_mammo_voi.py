@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from pydicom.dataset import Dataset
 
-from medvl_engine.io.mammo import _display_pixels
+from medvl_engine.io._dicom_mammo import display_pixels
 
 REPEATS = 3
 
@@ -37,10 +37,10 @@ def main() -> int:
     as_float = stored.astype(np.float64)  # float input takes the per-pixel path
 
     def per_pixel():
-        return _display_pixels(path, dataset, as_float, "MONOCHROME1", 0)[0]
+        return display_pixels(path, dataset, as_float, "MONOCHROME1", 0)[0]
 
     def table():
-        return _display_pixels(path, dataset, stored, "MONOCHROME1", 0)[0]
+        return display_pixels(path, dataset, stored, "MONOCHROME1", 0)[0]
 
     slow, expected = best_of(per_pixel)
     fast, pixels = best_of(table)
