@@ -166,3 +166,12 @@ def test_classify_slide_follows_report_guided_pooling_by_hand():
     assert ranked[1][1] == pytest.approx(score_b, abs=1e-6)
     grouped = classify_slide(store, encoder, {"A": ["a"], "B": ["b", "b2"]}, tau_attn=1.0)
     assert dict(grouped)["B"] == pytest.approx(score_b, abs=1e-6)
+
+
+def test_prompts_from_another_embedding_space_are_refused():
+    from medvl_engine.errors import DataError
+
+    with pytest.raises(DataError, match=r"shape \(1, 3\) do not match .* 2 dimensions"):
+        similarity_map(_store(), torch.ones(1, 3))
+    with pytest.raises(DataError, match="do not match"):
+        similarity_map(_store(), torch.ones(1, 4))  # 4 = 2 x 2 must not be reshaped silently

@@ -78,7 +78,16 @@ def patch_scores(
     """Per-patch scores float32 [N] for prompt ``target`` of ``text_embeddings`` [T, D]."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    text = torch.as_tensor(text_embeddings, dtype=torch.float32).reshape(-1, store.embed_dim)
+    text = torch.as_tensor(text_embeddings, dtype=torch.float32)
+    text = text.unsqueeze(0) if text.ndim == 1 else text
+    if text.ndim != 2 or text.shape[1] != store.embed_dim:
+        raise DataError(
+            f"Prompt embeddings of shape {tuple(text.shape)} do not match the feature store's "
+            f"{store.embed_dim} dimensions ({store.encoder or 'unknown encoder'}); encode the "
+            "prompts with the model the features were extracted with."
+        )
+    if not 0 <= target < text.shape[0]:
+        raise ValueError(f"target {target} is not one of the {text.shape[0]} prompts")
     text = torch.nn.functional.normalize(text, dim=-1)
     features = store.torch_features
     if mode == "cosine":
