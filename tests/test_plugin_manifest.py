@@ -25,3 +25,19 @@ def test_plugin_is_discovered_by_entry_point():
     assert "napari-medvl" in manager._manifests
     readers = list(manager.iter_compatible_readers(["slide.svs"]))
     assert any(reader.plugin_name == "napari-medvl" for reader in readers)
+
+
+def test_every_dock_widget_of_the_manifest_opens(make_napari_viewer):
+    from napari_medvl._export_widget import ExportWidget
+    from napari_medvl._heatmap_widget import HeatmapWidget
+    from napari_medvl._topk_widget import TopKWidget
+
+    viewer = make_napari_viewer()
+    expected = {
+        "Text prompt heatmap": HeatmapWidget,
+        "Mammogram TopK": TopKWidget,
+        "Export overlays": ExportWidget,
+    }
+    for name, widget_type in expected.items():
+        _, widget = viewer.window.add_plugin_dock_widget("napari-medvl", name)
+        assert isinstance(widget, widget_type)

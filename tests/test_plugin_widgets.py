@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -167,12 +168,18 @@ def test_heatmap_is_visible_over_the_tumor_in_a_screenshot(
 ):
     viewer = make_napari_viewer(show=True)
     _open_slide(viewer, small_slide.path)
+    # docked the way a user docks it: from the plugin's manifest, through napari's viewer proxy
+    _, widget = viewer.window.add_plugin_dock_widget("napari-medvl", "Text prompt heatmap")
+    assert isinstance(widget, HeatmapWidget)
+    widget.cache = FeatureCache(root=tmp_path / "features")
+    widget.top_n.value = 0
+    qtbot.wait(300)  # let the window lay out the new dock before the first screenshot
     viewer.reset_view()
     plain = viewer.screenshot(canvas_only=True, flash=False)
-
-    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
-    widget.top_n.value = 0
-    _run_and_wait(qtbot, widget)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no private napari access from the plugin
+        _run_and_wait(qtbot, widget)
+    assert widget.runner.last_error is None, widget.runner.last_error
     heat = viewer.layers["heatmap: tumor"]
     heat.opacity = 0.6
     viewer.reset_view()
