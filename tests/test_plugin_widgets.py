@@ -49,6 +49,7 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     assert widget.slide_choice.value is slide_layer
     widget.prompts.value = "tumor"
     widget.top_n.value = 3
+    widget.blending.value = "additive"
     _run_and_wait(qtbot, widget)
     assert widget.runner.last_error is None
 
@@ -56,6 +57,7 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     # 224 px patches at 0.5 um/px on a 0.5 um/px slide: one cell = 224 level-0 px = 112 um
     np.testing.assert_allclose(heat.scale, [112.0, 112.0])
     np.testing.assert_allclose(heat.translate, [56.0, 56.0])
+    assert heat.blending == "additive"
     assert heat.data.shape == (4, 6)  # 896 / 224 rows, 1344 / 224 columns
     boxes = viewer.layers["top patches: tumor"]
     assert len(boxes.data) == 3

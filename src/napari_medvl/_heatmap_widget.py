@@ -22,10 +22,11 @@ from napari_medvl._layers import SLIDE_KIND, heatmap_result_layers
 from napari_medvl._notify import report_error
 from napari_medvl._widget_common import JobControls, layers_of_kind, upsert_layer
 
-__all__ = ["HeatmapWidget", "MODES", "NORMALIZATIONS"]
+__all__ = ["BLENDINGS", "HeatmapWidget", "MODES", "NORMALIZATIONS"]
 
 MODES = ("cosine", "softmax", "contrast")
 NORMALIZATIONS = ("none", "percentile", "minmax", "fixed")
+BLENDINGS = ("translucent", "additive")
 
 
 def _model_tooltip() -> str:
@@ -49,6 +50,7 @@ class HeatmapWidget(Container):
         self.mode = ComboBox(label="mode", choices=MODES, value="cosine")
         self.normalization = ComboBox(label="normalise", choices=NORMALIZATIONS, value="none")
         self.top_n = SpinBox(label="top patches", value=10, min=0, max=500)
+        self.blending = ComboBox(label="blending", choices=BLENDINGS, value="translucent")
         self.controls = JobControls(run_text="Run")
         super().__init__(
             widgets=[
@@ -58,6 +60,7 @@ class HeatmapWidget(Container):
                 self.mode,
                 self.normalization,
                 self.top_n,
+                self.blending,
                 self.controls,
             ]
         )
@@ -115,7 +118,7 @@ class HeatmapWidget(Container):
         self.last_outcome = outcome
         layer = self.slide_choice.value
         frame = layer.metadata["world_frame"] if layer is not None else None
-        for layer_data in heatmap_result_layers(outcome, frame):
+        for layer_data in heatmap_result_layers(outcome, frame, blending=self.blending.value):
             upsert_layer(self._viewer, layer_data)
         self.controls.status.value = (
             "Features extracted; new prompts are instant." if outcome.extracted else "Done."

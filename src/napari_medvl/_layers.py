@@ -432,7 +432,7 @@ def heatmap_layers(
 
 
 def heatmap_result_layers(
-    outcome: Any, frame: dict[str, Any] | WorldFrame | None
+    outcome: Any, frame: dict[str, Any] | WorldFrame | None, blending: str = "translucent"
 ) -> list[LayerData]:
     """Layers for a heatmap job's outcome (``heatmap``, ``top_patches``) on a slide's frame."""
     if frame is None:
@@ -445,6 +445,7 @@ def heatmap_result_layers(
         outcome.heatmap,
         outcome.top_patches,
         world,
+        blending=blending,
         store=getattr(outcome, "store", None),
         slide=getattr(getattr(outcome, "request", None), "slide", None),
     )
