@@ -22,10 +22,8 @@ from napari_medvl._layers import SLIDE_KIND, heatmap_result_layers
 from napari_medvl._notify import report_error
 from napari_medvl._widget_common import JobControls, layers_of_kind, upsert_layer
 
-__all__ = ["BLENDINGS", "HeatmapWidget", "MODES", "NORMALIZATIONS"]
+__all__ = ["BLENDINGS", "HeatmapWidget"]
 
-MODES = ("cosine", "softmax", "contrast")
-NORMALIZATIONS = ("none", "percentile", "minmax", "fixed")
 BLENDINGS = ("translucent", "additive")
 
 
@@ -40,6 +38,8 @@ class HeatmapWidget(Container):
     """Text prompt heatmap over a whole-slide image layer."""
 
     def __init__(self, napari_viewer: Any, cache: FeatureCache | None = None) -> None:
+        from medvl_engine.heatmap import MODES, NORMALIZATIONS
+
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else FeatureCache()
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
