@@ -232,3 +232,11 @@ def test_clip_text_side_saves_as_a_tower_paired_with_its_vision(clip_folder, tmp
     torch.testing.assert_close(paired.encode_text(prompts), expected, atol=1e-6, rtol=0)
     patches = _patches()
     torch.testing.assert_close(paired.encode_patches(patches), clip.encode_patches(patches))
+
+
+def test_demo_model_in_an_unwritable_cache_is_explained(monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("MEDVL_CACHE", str(blocker))
+    with pytest.raises(ModelNotFoundError, match="demo model could not be built.*MEDVL_CACHE"):
+        load_encoder("medvl-demo")

@@ -173,6 +173,8 @@ def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
 
     from medvl_engine import synthetic
 
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # fail before the fitting, not after
     rng = np.random.default_rng(seed)
     patches, labels = [], []
     for class_id, class_name in enumerate(synthetic.TISSUE_CLASSES):
@@ -226,8 +228,6 @@ def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
     state["vision.mean"], state["vision.std"] = mean.contiguous(), std.contiguous()
     state["vision.projection"] = projection
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
         (staging / "config.json").write_text(json.dumps(config, indent=2))

@@ -116,7 +116,14 @@ def load_encoder(
 
             folder = demo_model_dir()
             if not (folder / "model.safetensors").is_file():
-                build_demo_model(folder)
+                try:
+                    build_demo_model(folder)
+                except OSError as error:
+                    raise ModelNotFoundError(
+                        f"The demo model could not be built in {folder} "
+                        f"({error.strerror or error}); set MEDVL_CACHE to a writable folder.",
+                        folder,
+                    ) from error
         else:
             folder = resolve_model_dir(entry.source or name, entry.how_to_get)
         return _load_folder(folder, name, device, model_type or entry.model_type)
