@@ -21,18 +21,21 @@ from napari_medvl._layers import (
 )
 from napari_medvl._notify import report_error
 
-__all__ = ["get_reader", "read_paths", "SLIDE_SUFFIXES", "AMBIGUOUS_SUFFIXES"]
+__all__ = ["READ_SUFFIXES", "get_reader", "read_paths"]
 
-SLIDE_SUFFIXES = (".svs", ".ndpi", ".tif", ".tiff", ".scn", ".bif", ".jpg", ".jpeg")
-AMBIGUOUS_SUFFIXES = (".dcm", ".dicom", ".png")
+# Slides (SVS, NDPI, SCN, BIF, generic and OME TIFF, DICOM WSI, plain images) and mammograms
+# (DICOM, PNG, TIFF): which one a file is, the engine decides when it is opened.
+READ_SUFFIXES = (".svs", ".ndpi", ".tif", ".tiff", ".scn", ".bif", ".jpg", ".jpeg", ".png")
+DICOM_SUFFIXES = (".dcm", ".dicom")
 NULL_LAYER: list[LayerData] = [(None,)]  # type: ignore[list-item]
 
 
 def _accepts(path: str) -> bool:
+    """By name only: a readable suffix, or a folder holding DICOM files (a DICOM WSI)."""
     candidate = Path(path)
     if candidate.is_dir():
-        return any(child.suffix.lower() in (".dcm", ".dicom") for child in candidate.iterdir())
-    return candidate.suffix.lower() in SLIDE_SUFFIXES + AMBIGUOUS_SUFFIXES
+        return any(child.suffix.lower() in DICOM_SUFFIXES for child in candidate.iterdir())
+    return candidate.suffix.lower() in READ_SUFFIXES + DICOM_SUFFIXES
 
 
 def get_reader(path: str | Sequence[str]) -> Callable[..., list[LayerData]] | None:
