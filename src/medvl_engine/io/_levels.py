@@ -13,6 +13,7 @@ costing milliseconds of scheduling and a copy) stays small.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -94,29 +95,43 @@ def _register_fork_hook() -> None:
 
 
 def for_each_in_parallel(function: Callable[[Any], None], items: Sequence[Any]) -> None:
-    """Call ``function`` on every item, split over the decode pool and the calling thread.
+    """Call ``function`` on every item, shared between the decode pool and the calling thread.
 
-    Items are dealt round-robin into one group per core; the calling thread
-    works through one group itself instead of waiting idle, which also keeps
-    the number of runnable threads low on a busy machine.
+    Threads take the next item from a common counter, so the caller never
+    waits for a pool thread that a busy machine has not scheduled yet: it only
+    waits for items already being worked on. The first error is re-raised.
     """
-    workers = min(len(items), decode_workers())
+    count = len(items)
+    workers = min(count, decode_workers())
     if workers <= 1:
         for item in items:
             function(item)
         return
+    next_index = itertools.count()
+    finished = threading.Condition()
+    state: dict[str, Any] = {"done": 0, "error": None}
 
-    def run(group: Sequence[Any]) -> None:
-        for item in group:
-            function(item)
+    def drain() -> None:
+        while (index := next(next_index)) < count:
+            try:
+                function(items[index])
+            except BaseException as error:  # handed to the caller below
+                with finished:
+                    state["error"] = state["error"] or error
+            finally:
+                with finished:
+                    state["done"] += 1
+                    if state["done"] == count:
+                        finished.notify_all()
 
-    groups = [items[start::workers] for start in range(workers)]
-    futures = [decode_pool().submit(run, group) for group in groups[1:]]
-    try:
-        run(groups[0])
-    finally:
-        for future in futures:
-            future.result()
+    pool = decode_pool()
+    for _ in range(workers - 1):
+        pool.submit(drain)
+    drain()
+    with finished:
+        finished.wait_for(lambda: state["done"] == count)
+    if state["error"] is not None:
+        raise state["error"]
 
 
 def chunk_grid(length: int, tile: int, target: int = CHUNK_TARGET_PX) -> tuple[int, ...]:
