@@ -100,3 +100,31 @@ def test_demo_under_a_virtual_display_saves_viewer_screenshots(tmp_path, capsys,
             pixels = np.asarray(image)
         assert pixels.shape[0] > 300 and pixels.shape[1] > 300
         assert pixels.std() > 10  # a rendered window, not a blank frame
+
+
+@pytest.mark.gui
+def test_demo_viewers_hold_the_overlays_and_reuse_the_demo_features(
+    tmp_path, qtbot, medvl_cache, tiny_topk
+):
+    from medvl_engine.cli.cmd_demo import build_scene
+    from napari_medvl._demo_viewer import show_scene
+    from napari_medvl._heatmap_widget import HeatmapWidget
+
+    scene = build_scene(tmp_path, "tumor", "medvl-demo", str(tiny_topk), 4, (1024, 768))
+    assert scene.notes == []
+    slide_viewer, mammo_viewer = show_scene(scene, run=False)
+    try:
+        names = [layer.name for layer in slide_viewer.layers]
+        assert names == ["synthetic H&E", "heatmap: tumor", "top patches: tumor"]
+        assert "TopK L boxes CC" in mammo_viewer.layers and "L MLO" in mammo_viewer.layers
+        widget = next(
+            w for w in slide_viewer.window.dock_widgets.values() if isinstance(w, HeatmapWidget)
+        )
+        widget.prompts.value = "stroma"
+        assert widget.run() is not None
+        helpers.wait_for_runner(qtbot, widget.runner)
+        assert widget.last_outcome is not None and not widget.last_outcome.extracted
+        assert "heatmap: stroma" in slide_viewer.layers
+    finally:
+        for viewer in (slide_viewer, mammo_viewer):
+            viewer.close()

@@ -62,6 +62,7 @@ def show_scene(scene: Any, run: bool = True) -> list[Any]:
     import napari
     from napari.layers import Layer
 
+    from napari_medvl._export_widget import ExportWidget
     from napari_medvl._heatmap_widget import HeatmapWidget
     from napari_medvl._topk_widget import TopKWidget
 
@@ -70,13 +71,22 @@ def show_scene(scene: Any, run: bool = True) -> list[Any]:
     slide_viewer = napari.Viewer(title="MedVL demo: slide")
     for data in slide_layers:
         slide_viewer.add_layer(Layer.create(*data))
-    slide_viewer.window.add_dock_widget(HeatmapWidget(slide_viewer), name="Text prompt heatmap")
+    heatmap_widget = HeatmapWidget(slide_viewer)
+    heatmap_widget.model.value = scene.model
+    if scene.feature_store is not None:  # new prompts reuse the demo's features at once
+        slide = slide_viewer.layers[0].metadata["slide"]
+        heatmap_widget.cache.remember(slide, scene.model, scene.encoder, scene.feature_store)
+    slide_viewer.window.add_dock_widget(heatmap_widget, name="Text prompt heatmap")
+    slide_viewer.window.add_dock_widget(ExportWidget(slide_viewer), name="Export overlays")
     viewers.append(slide_viewer)
     if mammo_layers:
         mammo_viewer = napari.Viewer(title="MedVL demo: mammograms")
         for data in mammo_layers:
             mammo_viewer.add_layer(Layer.create(*data))
-        mammo_viewer.window.add_dock_widget(TopKWidget(mammo_viewer), name="Mammogram TopK")
+        topk_widget = TopKWidget(mammo_viewer)
+        topk_widget.model.value = scene.topk_model
+        mammo_viewer.window.add_dock_widget(topk_widget, name="Mammogram TopK")
+        mammo_viewer.window.add_dock_widget(ExportWidget(mammo_viewer), name="Export overlays")
         viewers.append(mammo_viewer)
     for note in scene.notes:
         from napari.utils.notifications import show_info

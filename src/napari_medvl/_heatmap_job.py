@@ -72,6 +72,11 @@ class FeatureCache:
     def folder(self) -> Path:
         return self.root if self.root is not None else cache_dir("features")
 
+    def remember(self, slide: Any, model: str, encoder: Any, store: Any) -> None:
+        """Keep an encoder and a slide's feature store computed elsewhere (e.g. by the demo)."""
+        self.encoders[model] = encoder
+        self.stores[_store_slot(slide, encoder)] = store
+
 
 def _slide_token(slide: Any) -> str:
     path = Path(str(slide.path))
@@ -80,6 +85,10 @@ def _slide_token(slide: Any) -> str:
         return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     except OSError:
         return str(path)
+
+
+def _store_slot(slide: Any, encoder: Any) -> str:
+    return f"{_slide_token(slide)}|{encoder.name}"
 
 
 def _store_key(slide: Any, encoder: Any, grid: Any) -> str:
@@ -120,7 +129,7 @@ def heatmap_job(
         cache.encoders[request.model] = encoder
     check_cancel()
 
-    slide_model_key = f"{_slide_token(request.slide)}|{encoder.name}"
+    slide_model_key = _store_slot(request.slide, encoder)
     store = cache.stores.get(slide_model_key)
     store_path = None
     extracted = False

@@ -83,6 +83,9 @@ class DemoScene:
     cc_path: Path | None = None
     mlo_path: Path | None = None
     laterality: str | None = None
+    model: str = "medvl-demo"
+    topk_model: str = "topksiglip-demo"
+    encoder: Any = None
     heatmap: Any = None
     top_patches: Any = None
     feature_store: Any = None
@@ -136,7 +139,7 @@ def _run_pathology(scene: DemoScene, model: str) -> None:
         _say(f"extracting features of {len(grid.coords)} patches")
         store = extract_features(slide, encoder, grid, scene.out / "features.zarr")
         text = encoder.encode_text([scene.prompt])
-        scene.feature_store = store
+        scene.model, scene.encoder, scene.feature_store = model, encoder, store
         scene.heatmap = similarity_map(store, text, prompt=scene.prompt)
         scene.top_patches = top_patches(store, scene.heatmap.scores, n=10)
     except MedVLError as error:
@@ -146,6 +149,7 @@ def _run_pathology(scene: DemoScene, model: str) -> None:
 def _run_mammography(scene: DemoScene, model: str, k: int) -> None:
     from medvl_engine.errors import MedVLError
 
+    scene.topk_model = model
     if scene.cc_path is None or scene.mlo_path is None:
         scene.notes.append("TopK skipped: synthetic mammograms are not available yet")
         return
