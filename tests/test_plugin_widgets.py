@@ -52,6 +52,7 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     widget.blending.value = "additive"
     _run_and_wait(qtbot, widget)
     assert widget.runner.last_error is None
+    assert widget.controls.status.value == "Features extracted; new prompts are instant."
 
     heat = viewer.layers["heatmap: tumor"]
     # 224 px patches at 0.5 um/px on a 0.5 um/px slide: one cell = 224 level-0 px = 112 um
@@ -118,6 +119,16 @@ def test_cancel_stops_the_job_without_adding_layers(
     assert not any(layer.name.startswith("heatmap") for layer in viewer.layers)
     assert widget.controls.status.value == "Cancelled."
     assert not widget.runner.running
+
+    # a new request replaces a running one: only the last prompt's heatmap arrives
+    first = widget.run()
+    widget.prompts.value = "stroma"
+    second = widget.run()
+    assert first.abort_requested and not second.abort_requested
+    helpers.wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not first.is_running, timeout=WORKER_TIMEOUT_MS)
+    heatmaps = [layer.name for layer in viewer.layers if layer.name.startswith("heatmap")]
+    assert heatmaps == ["heatmap: stroma"]
 
 
 def test_unknown_model_gives_a_notification_not_an_exception(
