@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import random
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -150,10 +152,6 @@ def train(task: Task, config: RunConfig) -> dict[str, Any]:
 
 
 def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
-    import random
-
-    import numpy as np
-
     device = info.device
     out_dir = Path(config.out_dir)
     if info.is_main:
