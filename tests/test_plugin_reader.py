@@ -64,7 +64,9 @@ def test_ndpi_levels_are_lazy_dask_arrays(sample_file):
     np.testing.assert_allclose(layer.scale, [0.22817505] * 2, rtol=1e-6)
 
 
-@pytest.mark.parametrize("relative", ["bad/broken.svs", "bad/unopenable.tiff"])
+@pytest.mark.parametrize(
+    "relative", ["bad/broken.svs", "bad/unopenable.tiff", "bad/unreadable.svs"]
+)
 def test_bad_file_gives_one_sentence_notification_not_an_exception(sample_file, relative):
     path = sample_file(relative)
     before = len(notification_manager.records)

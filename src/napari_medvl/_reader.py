@@ -61,7 +61,21 @@ def _open(path: str) -> tuple[str, Any]:
         return "mammogram", open_mammogram(candidate)
     from medvl_engine.io.slide import open_slide
 
-    return "slide", open_slide(candidate)
+    slide = open_slide(candidate)
+    _probe(slide)
+    return "slide", slide
+
+
+def _probe(slide: Any) -> None:
+    """Decode a corner of the coarsest level, the one napari draws first.
+
+    Slides open lazily, so a file whose tiles cannot be decoded would otherwise only
+    fail inside napari's drawing code, as a traceback; reading one tile here turns
+    that into the engine's one-sentence CorruptFileError at open time.
+    """
+    level = len(slide.level_dimensions) - 1
+    width, height = slide.level_dimensions[level]
+    slide.read_region((0, 0), level, (min(width, 256), min(height, 256)))
 
 
 def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData]:
