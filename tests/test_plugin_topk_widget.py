@@ -89,3 +89,18 @@ def test_topk_without_two_views_says_what_to_do(make_napari_viewer):
     before = len(notification_manager.records)
     assert widget.run() is None
     assert "CC and an MLO" in notification_manager.records[before].message
+
+
+def test_topk_with_a_missing_model_names_it_in_one_sentence(
+    make_napari_viewer, qtbot, tmp_path, mammo_case
+):
+    viewer = make_napari_viewer()
+    _open_views(viewer, mammo_case)
+    widget = TopKWidget(viewer)
+    widget.model.value = str(tmp_path / "no-such-topk")
+    before = len(notification_manager.records)
+    assert widget.run() is not None
+    helpers.wait_for_runner(qtbot, widget.runner)
+    messages = [record.message for record in notification_manager.records[before:]]
+    assert len(messages) == 1 and "no-such-topk" in messages[0]
+    assert not any(layer.name.startswith("TopK") for layer in viewer.layers)
