@@ -10,6 +10,7 @@ import torch
 
 from _limit_helpers import tiny_tower, write_feature_store
 from medvl_engine.cli.train import main as train_main
+from medvl_engine.errors import ConfigError
 from medvl_engine.models.limit import load_limit_model
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
@@ -170,3 +171,14 @@ def test_projection_to_a_wider_vision_space_composes_with_an_existing_one(tmp_pa
         wide = tower(tokens["input_ids"], tokens["attention_mask"])
     assert wide.shape == (2, 16) and tower.output_dim == 16
     torch.testing.assert_close(wide, narrow @ extra_free.T, rtol=1e-4, atol=1e-5)
+
+
+def test_report_filter_can_be_a_python_callable(cohort):
+    task, _ = _task(cohort, report_filter="medvl_engine.data.reports:filter_report")
+    assert "S22" not in task.splits["train"][0].report
+    raw, _ = _task(cohort, report_filter="none")
+    assert any("S22" in r.report for r in raw.splits["train"])
+    with pytest.raises(ConfigError, match="cannot be imported"):
+        _task(cohort, report_filter="medvl_engine.data.reports:nope")
+    with pytest.raises(ConfigError, match="rules, none or"):
+        _task(cohort, report_filter="llm")

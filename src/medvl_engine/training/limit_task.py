@@ -67,7 +67,7 @@ class LimitTaskConfig:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
-    report_filter: Literal["rules", "none"] = "rules"
+    report_filter: str = "rules"  # rules | none | "package.module:function" (text -> text)
     val_fraction: float = 0.01  # held out of train when the manifest has no val rows
     eval_pooling: Literal["report_guided", "mean", "random", "topk"] = "report_guided"
     eval_topk: int = 10
@@ -137,6 +137,32 @@ def _projection_to(tower: nn.Module, width: int) -> nn.Linear:
     return merged
 
 
+def _report_filter(spec: str):
+    """``rules`` -> the rule-based filter, ``none`` -> None, ``module:function`` -> that callable.
+
+    The callable takes a report and returns the cleaned text, e.g. a local LLM wrapped by
+    :func:`medvl_engine.data.llm_report_filter`.
+    """
+    if spec == "rules":
+        return filter_report
+    if spec == "none":
+        return None
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(
+            f"task.report_filter={spec!r} is not rules, none or package.module:function."
+        )
+    import importlib
+
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"task.report_filter={spec!r} cannot be imported ({error}).") from None
+    if not callable(function):
+        raise ConfigError(f"task.report_filter={spec!r} is not callable.")
+    return function
+
+
 def _split_records(
     records: list[SlideRecord], val_fraction: float, seed: int
 ) -> dict[str, list[SlideRecord]]:
@@ -165,8 +191,9 @@ class LimitTask:
             raise ConfigError("task.tau_attn and task.tau_nce must be positive.")
         manifest = self._manifest_path()
         records = read_manifest(manifest)
-        if config.report_filter == "rules":
-            records = [dataclasses.replace(r, report=filter_report(r.report)) for r in records]
+        report_filter = _report_filter(config.report_filter)
+        if report_filter is not None:
+            records = [dataclasses.replace(r, report=report_filter(r.report)) for r in records]
         empty = [r.slide_id for r in records if not r.report.strip()]
         if empty:
             raise DataError(
