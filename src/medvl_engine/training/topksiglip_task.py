@@ -223,7 +223,10 @@ class TopKSigLIPTask:
         return train, evaluation
 
     def _synthetic_folder(self) -> Path:
-        return Path(self.config.synthetic_dir or self.out_dir / "synthetic")
+        """Cohort folder; its name carries the view size and seed so settings never mix."""
+        rows, cols = (int(v) for v in self.config.synthetic_size)
+        root = Path(self.config.synthetic_dir or self.out_dir / "synthetic")
+        return root / f"{rows}x{cols}_seed{self.config.synthetic_seed}"
 
     # -- task contract ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
