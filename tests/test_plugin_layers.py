@@ -140,24 +140,45 @@ def _topk_result():
     )
 
 
-def _cell_centre_world(layer_data, row, col):
-    _, kwargs, _ = layer_data
-    return np.asarray(kwargs["translate"]) + np.array([row, col]) * np.asarray(kwargs["scale"])
+def _hot_cell_world(layer_data):
+    from napari.layers import Layer
+
+    layer = Layer.create(*layer_data)
+    row, col = np.argwhere(layer.data == layer.data.max())[0]
+    return np.asarray(layer.data_to_world([row, col]))
 
 
 def test_importance_map_lands_on_the_tissue_it_scored_in_each_view():
     frames = {"CC": WorldFrame(), "MLO": WorldFrame(offset_x=600.0)}
     layers = topk_layers(_topk_result(), _MirroredBreast(), frames, laterality="L")
     by_name = {kwargs["name"]: (data, kwargs, kind) for data, kwargs, kind in layers}
-    cc = by_name["TopK L importance CC"]
-    hot = np.argwhere(cc[0] == cc[0].max())[0]
-    # mirrored x: breast [288, 384) -> source [808, 856); y x2: [192, 288) -> [384, 576)
-    np.testing.assert_allclose(_cell_centre_world(cc, *hot), [480.0, 832.0])
-    mlo = by_name["TopK L importance MLO"]
-    hot = np.argwhere(mlo[0] == mlo[0].max())[0]
-    # MLO: x [0, 96) -> [0, 48), y [864, 960) -> [192, 384), shifted right by 600
-    np.testing.assert_allclose(_cell_centre_world(mlo, *hot), [288.0, 624.0])
-    assert mlo[1]["scale"] == (192.0, 48.0)
+    # CC cell (2, 3): breast px centre (336, 240); mirrored x: 1000 - 168; y x2: 480
+    np.testing.assert_allclose(_hot_cell_world(by_name["TopK L importance CC"]), [480.0, 832.0])
+    # MLO cell (9, 0) = half-grid row 1: breast centre (48, 912) -> (24, 288), shifted by 600
+    np.testing.assert_allclose(_hot_cell_world(by_name["TopK L importance MLO"]), [288.0, 624.0])
+    assert by_name["TopK L importance MLO"][0].shape == (8, 16)
+
+
+class _RotatedBreast:
+    """Views rotated a quarter turn into the breast image, as a portrait view laid landscape."""
+
+    image = np.zeros((1536, 1536), dtype=np.float32)
+
+    def to_source(self, view, points_xy):
+        points = np.asarray(points_xy, dtype=np.float64)
+        y = points[:, 1] - (0 if view == "CC" else 768)
+        return np.stack([y * 0.5, 400 - points[:, 0] * 0.25], axis=1)
+
+
+def test_importance_map_follows_a_rotated_view():
+    importance = np.zeros((16, 16), dtype=np.float32)
+    importance[2, 3] = 1.0  # breast px centre (336, 240)
+    result = _topk_result()
+    result.importance = importance
+    layers = topk_layers(result, _RotatedBreast(), {"CC": WorldFrame(offset_x=50.0)})
+    cc = next(item for item in layers if item[1]["name"] == "TopK importance CC")
+    # source (x, y) = (240 * 0.5, 400 - 336 * 0.25) = (120, 316); world (y, x) = (316, 170)
+    np.testing.assert_allclose(_hot_cell_world(cc), [316.0, 170.0])
 
 
 def test_topk_boxes_sit_on_their_views_with_engine_ranks():

@@ -275,18 +275,26 @@ def grid_image_layer(
     return values, kwargs, "image"
 
 
-def _view_axis_map(breast: Any, view: str, y_range: tuple[float, float]) -> tuple[float, ...]:
-    """Per-axis linear map of a view's half of the breast image to that view's source px.
+def _cell_affine(
+    breast: Any, view: str, frame: WorldFrame, cell: float, first_row_y: float
+) -> np.ndarray:
+    """3x3 affine from a half-grid's data (row, col) to world (y, x) on the view's layer.
 
-    Returns (scale_x, offset_x, scale_y, offset_y) with source = offset + scale * breast,
-    measured from two opposite corners through the engine's ``breast.to_source``.
+    Cell (r, c) is centred on breast px (x, y) = ((c + 0.5) * cell, first_row_y +
+    (r + 0.5) * cell); ``breast.to_source`` takes it to the view's source px (the engine
+    may crop, resize, flip or rotate the view), ``frame`` to world. The map is affine,
+    so three cell centres fix it.
     """
-    side = float(np.asarray(breast.image).shape[1])
-    corners = np.array([[0.0, y_range[0]], [side, y_range[1]]])
-    mapped = np.asarray(breast.to_source(view, corners), dtype=np.float64)
-    scale_x = (mapped[1, 0] - mapped[0, 0]) / side
-    scale_y = (mapped[1, 1] - mapped[0, 1]) / (y_range[1] - y_range[0])
-    return scale_x, mapped[0, 0], scale_y, mapped[0, 1] - scale_y * y_range[0]
+    cells_rc = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    breast_xy = np.stack(
+        [(cells_rc[:, 1] + 0.5) * cell, first_row_y + (cells_rc[:, 0] + 0.5) * cell], axis=1
+    )
+    world_yx = frame.to_world(np.asarray(breast.to_source(view, breast_xy), dtype=np.float64))
+    affine = np.eye(3)
+    affine[:2, 0] = world_yx[1] - world_yx[0]  # one row down
+    affine[:2, 1] = world_yx[2] - world_yx[0]  # one column right
+    affine[:2, 2] = world_yx[0]
+    return affine
 
 
 def importance_layers(
@@ -298,46 +306,38 @@ def importance_layers(
 ) -> list[LayerData]:
     """The TopK importance map [G, G] over the breast image, split onto each source view.
 
-    Rows [0, G/2) cover the CC half of the breast image, rows [G/2, G) the MLO half; each
-    half is placed on its view's layer through ``breast.to_source`` (crop, resize and the
-    flip of right breasts), so cells sit over the tissue they scored.
+    Rows [0, G/2) cover the CC half of the breast image (CC on top), rows [G/2, G) the MLO
+    half; each half is placed on its view's layer with an affine built from the engine's
+    ``breast.to_source``, so cells sit over the tissue they scored however the engine
+    cropped, flipped or rotated the view.
     """
     grid = np.asarray(importance, dtype=np.float32)
     rows = grid.shape[0]
     side = float(np.asarray(breast.image).shape[0])
+    cell = side / rows
     low, high = float(np.nanmin(grid)), float(np.nanmax(grid))
     limits = (low, high if high > low else low + 1e-6)  # a flat map shows as no overlay
     layers: list[LayerData] = []
     for view, (row_lo, row_hi) in (("CC", (0, rows // 2)), ("MLO", (rows // 2, rows))):
         if view not in view_frames:
             continue
-        part = grid[row_lo:row_hi]
-        y_range = (row_lo * side / rows, row_hi * side / rows)
-        scale_x, offset_x, scale_y, offset_y = _view_axis_map(breast, view, y_range)
-        cell_x = side / grid.shape[1] * scale_x
-        cell_y = side / rows * scale_y
-        origin_x = offset_x
-        origin_y = offset_y + scale_y * y_range[0]
-        if cell_x < 0:  # mirrored view: flip the columns so scales stay positive
-            part = part[:, ::-1]
-            origin_x += cell_x * part.shape[1]
-        if cell_y < 0:
-            part = part[::-1]
-            origin_y += cell_y * part.shape[0]
-        layers.append(
-            grid_image_layer(
-                part,
-                view_frames[view],
-                cell_size_px=(abs(cell_x), abs(cell_y)),
-                origin_px=(origin_x, origin_y),
-                name=f"{name_prefix} {view}",
-                colormap="inferno",
-                opacity=opacity,
-                contrast_limits=limits,
-                blending="additive",
-                metadata={"medvl_kind": "importance", "view": view},
-            )
-        )
+        frame = view_frames[view]
+        kwargs = {
+            "name": f"{name_prefix} {view}",
+            "colormap": "inferno",
+            "opacity": opacity,
+            "blending": "additive",
+            "contrast_limits": limits,
+            "interpolation2d": "nearest",
+            "units": _units(frame),
+            "affine": _cell_affine(breast, view, frame, cell, row_lo * cell),
+            "metadata": {
+                "medvl_kind": "importance",
+                "view": view,
+                "world_frame": frame.as_dict(),
+            },
+        }
+        layers.append((grid[row_lo:row_hi], kwargs, "image"))
     return layers
 
 
