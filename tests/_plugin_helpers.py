@@ -37,12 +37,12 @@ def tiny_topk_folder(tmp_path: Path) -> Path:
     return save_topksiglip(model, tmp_path / "tiny-topk")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def medvl_cache(request):
     """MEDVL_CACHE in pytest's own cache folder, so the demo model is fitted once, not per run.
 
     Only deterministic, versioned artefacts land there (the fitted demo model); feature
-    stores of the tests go to their tmp_path.
+    stores of the tests go to their tmp_path. Set for the using module only.
     """
     folder = request.config.cache.mkdir("medvl-cache")
     previous = os.environ.get("MEDVL_CACHE")
