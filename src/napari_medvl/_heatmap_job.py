@@ -59,7 +59,7 @@ class HeatmapOutcome:
 
 @dataclass
 class FeatureCache:
-    """Encoders and feature stores loaded in this session (keys: model; slide + model).
+    """Encoders and feature stores kept in memory while napari runs (keys: model; slide + model).
 
     ``lock`` lets one extraction at a time write to the cache folder.
     """
