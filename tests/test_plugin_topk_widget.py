@@ -104,3 +104,17 @@ def test_topk_with_a_missing_model_names_it_in_one_sentence(
     messages = [record.message for record in notification_manager.records[before:]]
     assert len(messages) == 1 and "no-such-topk" in messages[0]
     assert not any(layer.name.startswith("TopK") for layer in viewer.layers)
+
+
+def test_topk_with_more_patches_than_candidates_says_so(
+    make_napari_viewer, qtbot, mammo_case, tiny_topk
+):
+    viewer = make_napari_viewer()
+    _open_views(viewer, mammo_case)
+    widget = TopKWidget(viewer)
+    widget.model.value = str(tiny_topk)
+    widget.k.value = 65  # the tiny model has an 8 x 8 grid
+    before = len(notification_manager.records)
+    assert widget.run() is not None
+    helpers.wait_for_runner(qtbot, widget.runner)
+    assert "exceeds the 64 candidate patches" in notification_manager.records[before].message

@@ -48,6 +48,14 @@ def topk_job(
             "loading model", lambda progress: load_topksiglip(request.model), cancel=cancel
         )
         models[request.model] = model
+    candidates = model.geometry.num_candidates
+    if request.k > candidates:
+        from medvl_engine.errors import ConfigError
+
+        raise ConfigError(
+            f"K = {request.k} exceeds the {candidates} candidate patches of model "
+            f"{request.model}; choose K of at most {candidates}."
+        )
     yield Progress("breast image")
     breast = breast_image(request.cc, request.mlo)
     result = yield from run_with_progress(
