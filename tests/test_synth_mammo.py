@@ -206,3 +206,10 @@ def test_denser_categories_give_more_fibroglandular_signal(tmp_path):
         means.append(values[c.breast_masks["CC"]].mean())
         assert DENSITY_SENTENCES[density] in c.report
     assert all(b > a + 50 for a, b in zip(means, means[1:], strict=False)), means
+
+
+def test_case_creates_its_output_folder(tmp_path):
+    folder = tmp_path / "not" / "yet" / "there"
+    case = make_mammogram_case(folder, seed=5, laterality="L", size=(256, 160))
+    assert case.cc_path.parent == folder
+    assert case.cc_path.exists() and case.mlo_path.exists()

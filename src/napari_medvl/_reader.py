@@ -52,7 +52,7 @@ def _open(path: str) -> tuple[str, Any]:
     The engine decides which: DICOM by its Modality (SM = slide), other images by
     colour (grayscale = mammogram).
     """
-    from medvl_engine.cli.cmd_info import detect_kind
+    from medvl_engine.io.kind import detect_kind
 
     candidate = Path(path)
     if detect_kind(candidate) == "mammogram":

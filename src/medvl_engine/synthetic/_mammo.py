@@ -413,6 +413,7 @@ def make_mammogram_case(
     lesions = _place_lesions(rng, kinds, spiculated, geo, (rows, cols))
     spacing = (round(200.0 / rows, 6), round(200.0 / rows, 6))
 
+    out.mkdir(parents=True, exist_ok=True)
     paths = {v: out / f"{exam_id}_{laterality}_{v}.dcm" for v in ("CC", "MLO")}
     boxes: dict[str, list[list[int]]] = {}
     masks: dict[str, np.ndarray] = {}
