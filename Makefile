@@ -27,7 +27,7 @@ $(DEV_STAMP): $(STAMP)
 install: $(STAMP)
 
 demo: $(STAMP)
-	tools/with_display.sh --optional $(VENV)/bin/medvl demo --out demo-output
+	tools/with_display.sh --optional $(VENV)/bin/napari-medvl-demo --out demo-output
 
 test: $(DEV_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 tools/with_display.sh $(PY) -m pytest -q

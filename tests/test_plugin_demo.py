@@ -11,6 +11,7 @@ from PIL import Image
 
 import _plugin_helpers as helpers
 from medvl_engine.cli.main import main
+from napari_medvl.demo import main as demo_main
 
 medvl_cache = helpers.medvl_cache  # fixture
 tiny_topk = helpers.tiny_topk  # fixture
@@ -94,7 +95,7 @@ def test_demo_under_a_virtual_display_saves_viewer_screenshots(tmp_path, capsys,
     monkeypatch.delenv("MEDVL_HEADLESS", raising=False)
     out = tmp_path / "demo"
     missing = ["--model", str(tmp_path / "none"), "--topk-model", str(tmp_path / "none")]
-    assert main(["demo", "--out", str(out), "--slide-size", "1024x768", *missing]) == 0
+    assert demo_main(["--out", str(out), "--slide-size", "1024x768", *missing]) == 0
     for name in ("viewer-1.png", "viewer-2.png"):
         with Image.open(out / name) as image:
             pixels = np.asarray(image)
@@ -106,7 +107,7 @@ def test_demo_under_a_virtual_display_saves_viewer_screenshots(tmp_path, capsys,
 def test_demo_viewers_hold_the_overlays_and_reuse_the_demo_features(
     tmp_path, qtbot, medvl_cache, tiny_topk
 ):
-    from medvl_engine.cli.cmd_demo import build_scene
+    from medvl_engine.demo import build_scene
     from napari_medvl._demo_viewer import show_scene
     from napari_medvl._heatmap_widget import HeatmapWidget
 

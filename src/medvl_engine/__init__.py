@@ -1,4 +1,4 @@
-"""medvl_engine: the headless engine behind napari-medvl.
+"""medvl_engine: the headless engine behind the MedVL viewer plugin.
 
 Slides and mammograms in real formats, pathology vision-language heatmaps
 (LIMIT / Conch-Z), TopKSigLIP for mammography, training and evaluation.

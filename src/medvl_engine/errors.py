@@ -2,7 +2,7 @@
 
 Every error raised to a user is a :class:`MedVLError` whose message is one
 sentence naming the file or input, the problem, and what to do about it. The
-CLI prints that sentence and exits with status 2; the napari plugin shows it
+CLI prints that sentence and exits with status 2; the viewer plugin shows it
 as a notification.
 """
 

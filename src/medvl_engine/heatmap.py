@@ -6,8 +6,9 @@ Scores (v_i: L2-normalised patch features [N, D], t_k: normalised prompt embeddi
     contrast  s_i = v_i . t_0 - v_i . t_1                            (prompt A minus prompt B)
 The grid has one cell per stride step of the patch grid; with overlapping patches
 (stride < patch size) each cell is the mean score of all patches covering it.
-World frame (napari): micrometres when the slide has an mpp, else level-0 px; level-0 pixel
-(x, y) covers [x, x + 1) x [y, y + 1) before scaling, origin at the slide's top-left corner.
+World frame of the viewer layers: micrometres when the slide has an mpp, else level-0 px;
+level-0 pixel (x, y) covers [x, x + 1) x [y, y + 1) before scaling, origin at the slide's
+top-left corner.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Heatmap:
 
     ``grid`` float32 [rows, cols], NaN where no patch lies; cell (r, c) covers level-0 px
     x in [origin_x + c * cell, origin_x + (c + 1) * cell), y likewise (``cell`` =
-    ``cell_size_level0``). ``scale``/``translate`` are napari's (y, x) transform of the grid in
+    ``cell_size_level0``). ``scale``/``translate`` are the viewer's (y, x) transform of the grid in
     ``units`` ("um" or "px"). ``scores`` float32 [N] are the per-patch values in store order.
     """
 

