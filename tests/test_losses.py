@@ -71,7 +71,13 @@ def test_siglit_matches_equation():
     s = torch.tensor([0.3, -0.2, 0.9])
     y = torch.tensor([1.0, -1.0, -1.0])
     scale, bias = 10.0, -1.0
-    want = -sum(math.log(1 / (1 + math.exp(-yi * (scale * si + bias)))) for si, yi in zip(s.tolist(), y.tolist())) / 3
+    want = (
+        -sum(
+            math.log(1 / (1 + math.exp(-yi * (scale * si + bias))))
+            for si, yi in zip(s.tolist(), y.tolist(), strict=True)
+        )
+        / 3
+    )
     assert siglit_loss(s, y, scale, bias).item() == pytest.approx(want, rel=1e-6)
     assert siglit_loss(s, y > 0, scale, bias).item() == pytest.approx(want, rel=1e-6)
 
@@ -93,7 +99,9 @@ def test_sup_sigmoid_matches_equation():
     g = torch.Generator().manual_seed(1)
     zv = torch.randn(4, 8, generator=g, dtype=torch.float64)
     zt = torch.randn(4, 8, generator=g, dtype=torch.float64)
-    attrs = torch.tensor([[1, 0, 1, 0], [1, 0, 0, 1], [0, 1, 1, 1], [1, 0, 1, 0]], dtype=torch.float64)
+    attrs = torch.tensor(
+        [[1, 0, 1, 0], [1, 0, 0, 1], [0, 1, 1, 1], [1, 0, 1, 0]], dtype=torch.float64
+    )
     S = tabular_similarity(attrs)
     got = sup_sigmoid_loss(zv, zt, S, 10.0, -2.0)
     want = naive_sup_sigmoid(zv, zt, S.double(), 10.0, -2.0)

@@ -82,7 +82,9 @@ def siglit_loss(
         labels = labels.float() * 2.0 - 1.0
     labels = labels.to(similarity.dtype)
     if labels.shape != similarity.shape:
-        raise ValueError(f"labels {tuple(labels.shape)} must match similarity {tuple(similarity.shape)}")
+        raise ValueError(
+            f"labels {tuple(labels.shape)} must match similarity {tuple(similarity.shape)}"
+        )
     logits = logit_scale * similarity + logit_bias
     return -F.logsigmoid(labels * logits).mean()
 
