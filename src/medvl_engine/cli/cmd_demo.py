@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from medvl_engine.demo import DEMO_SLIDE_SIZE
-
 HELP = "make synthetic data, run the demo models on it and write the results as files"
 
 __all__ = ["HELP", "add_arguments", "run"]
@@ -28,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--slide-size",
         type=_size,
-        default=DEMO_SLIDE_SIZE,
+        default=None,
         metavar="WxH",
         help="synthetic slide size in level-0 px (default 3072x2048)",
     )
@@ -50,10 +48,11 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine.demo import build_scene, write_scene
+    from medvl_engine.demo import DEMO_SLIDE_SIZE, build_scene, write_scene
 
+    slide_size = args.slide_size if args.slide_size is not None else DEMO_SLIDE_SIZE
     scene = build_scene(
-        args.out, args.prompt, args.model, args.topk_model, args.k, args.slide_size, progress=say
+        args.out, args.prompt, args.model, args.topk_model, args.k, slide_size, progress=say
     )
     written = write_scene(scene)
     report(scene.notes, written)

@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from medvl_engine.io.kind import detect_kind
-
 HELP = "describe slides and mammograms (levels, mpp, laterality, view, VOI, ...)"
 
 
@@ -116,6 +114,7 @@ def _format_text(info: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from medvl_engine.errors import MedVLError
+    from medvl_engine.io.kind import detect_kind
 
     status = 0
     described = []
