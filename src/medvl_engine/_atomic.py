@@ -1,4 +1,9 @@
-"""Atomic file writes: a temporary file in the destination folder, renamed into place."""
+"""Atomic file writes: a temporary file in the destination folder, renamed into place.
+
+Every file the engine saves for a user (exports, synthetic data, manifests, checkpoints) goes
+through :func:`atomic_write` or :func:`atomic_write_stream`, so a failed or interrupted write
+never leaves a half-written file and always reports one sentence naming the file.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +11,75 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 from medvl_engine.errors import ExportError, MedVLError
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "atomic_write_stream"]
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str = "file") -> Path:
     """Call ``write(temporary_path)`` then rename it to ``path``; on failure nothing is left.
 
-    The temporary file sits in the same folder (same file system), so the rename is atomic:
-    readers see either the old file or the complete new one.
+    The temporary file sits in the same folder (same file system) and keeps ``path``'s suffix,
+    so the rename is atomic: readers see either the old file or the complete new one.
+    ``what`` names the file in the error sentence ("slide", "manifest", "checkpoint"...).
+    Raises :class:`ExportError` when the folder is missing or the write fails with an OSError.
     """
     path = Path(path)
     if not path.parent.is_dir():
         raise ExportError(
-            f"Cannot write {path.name}: folder {path.parent} does not exist; create it first.", path
+            f"could not write {what} {path}: folder {path.parent} does not exist; create it first",
+            path,
         )
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    temporary_path = Path(temporary)
+    temporary_path: Path | None = None
     try:
+        fd, temporary = tempfile.mkstemp(
+            prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent
+        )
+        os.close(fd)
+        temporary_path = Path(temporary)
         write(temporary_path)
         os.replace(temporary_path, path)
     except MedVLError:
-        temporary_path.unlink(missing_ok=True)
+        _discard(temporary_path)
         raise
     except OSError as error:
-        temporary_path.unlink(missing_ok=True)
+        _discard(temporary_path)
         raise ExportError(
-            f"Could not write {path}: {error.strerror or error}; check the folder is writable "
-            "and has free space.",
+            f"could not write {what} {path}: {error.strerror or error}; check that the folder "
+            "is writable and has free space",
             path,
         ) from error
     except BaseException:
-        temporary_path.unlink(missing_ok=True)
+        _discard(temporary_path)
         raise
     return path
+
+
+def atomic_write_stream(
+    path: str | Path,
+    write: Callable[[IO[Any]], object],
+    *,
+    binary: bool = False,
+    what: str = "file",
+) -> Path:
+    """:func:`atomic_write` for writers that take an open file: ``write(handle)``.
+
+    Text handles are UTF-8 with ``newline=""`` (what the csv module expects); the data is
+    flushed to disk (fsync) before the rename.
+    """
+
+    def write_handle(temporary: Path) -> None:
+        options: dict[str, Any] = {} if binary else {"encoding": "utf-8", "newline": ""}
+        with open(temporary, "wb" if binary else "w", **options) as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    return atomic_write(path, write_handle, what=what)
+
+
+def _discard(temporary_path: Path | None) -> None:
+    if temporary_path is not None:
+        temporary_path.unlink(missing_ok=True)

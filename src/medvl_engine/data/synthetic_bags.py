@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from pathlib import Path
+from typing import IO
 
 import numpy as np
+
+from medvl_engine._atomic import atomic_write_stream
 
 __all__ = ["DIAGNOSTIC_CLASSES", "make_synthetic_bags"]
 
@@ -132,11 +133,12 @@ def make_synthetic_bags(
                 "label": label,
             }
         )
-    handle, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".csv", dir=out_dir)
-    with os.fdopen(handle, "w", newline="", encoding="utf-8") as stream:
+
+    def write_manifest(stream: IO[str]) -> None:
         writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, manifest)
+
+    atomic_write_stream(manifest, write_manifest, what="manifest")
     settings_file.write_text(json.dumps(settings))
     return manifest

@@ -10,38 +10,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from medvl_engine._atomic import atomic_write_stream
 from medvl_engine.errors import ExportError
 from medvl_engine.models.topksiglip import TopKResult
 
 __all__ = ["render_topk_png", "topk_geojson", "write_topk_outputs"]
 
 VIEWS = ("CC", "MLO")
-
-
-def _atomic_write(path: Path, write: Callable[[io.IOBase], None], binary: bool) -> Path:
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as error:
-        raise ExportError(
-            f"cannot write {path} ({error.strerror}); check the folder.", path
-        ) from None
-    try:
-        mode = "wb" if binary else "w"
-        kwargs = {} if binary else {"encoding": "utf-8", "newline": ""}
-        with os.fdopen(fd, mode, **kwargs) as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _rows(result: TopKResult) -> list[tuple[str, int, float, np.ndarray]]:
@@ -128,7 +108,7 @@ def write_topk_outputs(
         if suffix == ".geojson":
             document = topk_geojson(result, sources)
             written.append(
-                _atomic_write(path, lambda h, d=document: json.dump(d, h, indent=1), False)
+                atomic_write_stream(path, lambda h, d=document: json.dump(d, h, indent=1))
             )
         elif suffix == ".csv":
 
@@ -146,16 +126,18 @@ def write_topk_outputs(
                         ]
                     )
 
-            written.append(_atomic_write(path, write_csv, False))
+            written.append(atomic_write_stream(path, write_csv))
             npy = path.with_name(f"{path.stem}_importance.npy")
             written.append(
-                _atomic_write(
-                    npy, lambda h: np.save(h, np.asarray(result.importance, np.float32)), True
+                atomic_write_stream(
+                    npy,
+                    lambda h: np.save(h, np.asarray(result.importance, np.float32)),
+                    binary=True,
                 )
             )
         elif suffix == ".png":
             data = render_topk_png(result, breast)
-            written.append(_atomic_write(path, lambda h, d=data: h.write(d), True))
+            written.append(atomic_write_stream(path, lambda h, d=data: h.write(d), binary=True))
         else:
             raise ExportError(
                 f"output {path} has an unsupported extension; use .geojson, .csv or .png.", path

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
-from medvl_engine.errors import ExportError
+from medvl_engine._atomic import atomic_write_stream
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo import SyntheticMammoCase, make_mammogram_case
 from medvl_engine.synthetic._reports import ORGANS
@@ -41,24 +40,13 @@ SLIDE_MANIFEST_COLUMNS: tuple[str, ...] = (
 
 def write_csv_atomic(path: Path, columns: Sequence[str], rows: Sequence[dict]) -> None:
     """Write ``rows`` (dicts keyed by ``columns``) to ``path`` through a temporary file."""
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".csv", dir=path.parent)
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(columns))
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise ExportError(
-            f"could not write manifest {path}: {exc.strerror or exc}; "
-            "check that the folder exists and is writable",
-            path,
-        ) from exc
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+
+    def write(handle: IO[str]) -> None:
+        writer = csv.DictWriter(handle, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+
+    atomic_write_stream(path, write, what="manifest")
 
 
 def assign_splits(
@@ -123,10 +111,12 @@ def make_synthetic_cohort(
             slide_id=slide_id,
         )
         label_path = out / f"{slide_id}_labels.npy"
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=out)
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, slide.label_map)
-        os.replace(tmp, label_path)
+        atomic_write_stream(
+            label_path,
+            lambda handle, s=slide: np.save(handle, s.label_map),
+            binary=True,
+            what="label map",
+        )
         slides.append(slide)
     splits = assign_splits([s.organ for s in slides], split_fractions, rng)
     rows = [

@@ -10,8 +10,6 @@ BI-RADS sentence of the paper ("BIRADS 4: S – Suspicious.") and the cancer-out
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import pydicom
 from pydicom.dataset import FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
-from medvl_engine.errors import ExportError
+from medvl_engine._atomic import atomic_write
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo_render import (
     FINDING_TYPES,
@@ -332,26 +330,9 @@ def _write_dicom(
     ds.WindowWidth = f"{max(high - low, 1.0):.1f}"
     ds.VOILUTFunction = "LINEAR"
     ds.PixelData = np.ascontiguousarray(stored, dtype="<u2").tobytes()
-    _save_atomic(ds, path)
-
-
-def _save_atomic(ds: pydicom.Dataset, path: Path) -> None:
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
-        os.close(fd)
-        ds.save_as(tmp, enforce_file_format=True)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise ExportError(
-            f"could not write {path}: {exc.strerror or exc}; check that the folder exists and "
-            "is writable",
-            path,
-        ) from exc
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(
+        path, lambda temporary: ds.save_as(temporary, enforce_file_format=True), what="mammogram"
+    )
 
 
 def _write_png(path: Path, pixels_mono2: np.ndarray, breast: np.ndarray) -> None:
@@ -360,14 +341,8 @@ def _write_png(path: Path, pixels_mono2: np.ndarray, breast: np.ndarray) -> None
     tissue = pixels_mono2[breast]
     low, high = np.percentile(tissue, [0.5, 99.5]) if tissue.size else (0, 4095)
     display = np.clip((pixels_mono2 - low) / max(high - low, 1.0), 0.0, 1.0)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        Image.fromarray(np.round(display * 65535).astype(np.uint16)).save(tmp, format="PNG")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    image = Image.fromarray(np.round(display * 65535).astype(np.uint16))
+    atomic_write(path, lambda temporary: image.save(temporary, format="PNG"), what="mammogram")
 
 
 def make_mammogram_case(

@@ -8,8 +8,6 @@ painted with periodic class textures, optionally with pen-ink strokes, and writt
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import numpy as np
 import tifffile
 from scipy import ndimage
 
-from medvl_engine.errors import ExportError
+from medvl_engine._atomic import atomic_write
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._reports import ORGANS, make_report
 from medvl_engine.synthetic._tissue import (
@@ -283,37 +281,26 @@ def write_pyramid_tiff(
     options: dict = {"photometric": "rgb", "compression": compression, "metadata": None}
     if compression == "jpeg":
         options["compressionargs"] = {"level": 90}
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tif", dir=path.parent)
-        os.close(fd)
-        with tifffile.TiffWriter(tmp) as tif:
+
+    def write(temporary: Path) -> None:
+        with tifffile.TiffWriter(temporary) as tif:
             if layout == "svs":
                 _write_svs_pages(tif, levels, mpp, compression, description, options)
-            else:
-                for index, level in enumerate(levels):
-                    extra: dict = {"tile": (_TILE, _TILE)}
-                    if mpp is not None:
-                        scale = image.shape[1] / level.shape[1]
-                        extra["resolution"] = (1e4 / (mpp * scale), 1e4 / (mpp * scale))
-                        extra["resolutionunit"] = "CENTIMETER"
-                    if index == 0:
-                        extra["subifds"] = len(levels) - 1
-                        extra["description"] = description
-                    else:
-                        extra["subfiletype"] = 1
-                    tif.write(level, **options, **extra)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise ExportError(
-            f"could not write slide {path}: {exc.strerror or exc}; "
-            "check that the folder exists and is writable",
-            path,
-        ) from exc
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+                return
+            for index, level in enumerate(levels):
+                extra: dict = {"tile": (_TILE, _TILE)}
+                if mpp is not None:
+                    scale = image.shape[1] / level.shape[1]
+                    extra["resolution"] = (1e4 / (mpp * scale), 1e4 / (mpp * scale))
+                    extra["resolutionunit"] = "CENTIMETER"
+                if index == 0:
+                    extra["subifds"] = len(levels) - 1
+                    extra["description"] = description
+                else:
+                    extra["subfiletype"] = 1
+                tif.write(level, **options, **extra)
+
+    atomic_write(path, write, what="slide")
     return [(lvl.shape[1], lvl.shape[0]) for lvl in levels]
 
 

@@ -9,15 +9,14 @@ it loads with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from medvl_engine._atomic import atomic_write_stream
 from medvl_engine.errors import CorruptFileError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "capture_rng_state", "restore_rng_state"]
@@ -54,17 +53,9 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     """Write ``payload`` to ``path`` atomically (temporary file in the same folder + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            torch.save(payload, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_stream(
+        path, lambda stream: torch.save(payload, stream), binary=True, what="checkpoint"
+    )
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
