@@ -200,3 +200,46 @@ def test_prompts_split_on_semicolons_and_name_their_heatmap():
     assert prompt_label(("tumor", "stroma"), "contrast") == "tumor - stroma"
     assert prompt_label(("tumor", "stroma", "fat"), "softmax") == "tumor vs stroma, fat"
     assert prompt_label(("tumor",), "cosine") == "tumor"
+
+
+def test_importance_cells_sit_where_the_engine_bounds_map_them(tmp_path_factory):
+    """Real engine: a tiny model's TopKResult on a real CC/MLO BreastImage. Every importance
+    cell covers, in world coordinates, the engine's cell bounds (wider outer cells, a CC/MLO
+    split off the image middle) mapped through breast.to_source and the view's frame."""
+    from napari.layers import Layer
+
+    from _plugin_helpers import tiny_topk_folder
+    from medvl_engine.io.mammo import breast_image, open_mammogram
+    from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
+    from medvl_engine.synthetic import make_mammogram_case
+
+    folder = tmp_path_factory.mktemp("cells")
+    case = make_mammogram_case(folder, seed=4, laterality="R", size=(256, 160))
+    breast = breast_image(open_mammogram(case.cc_path), open_mammogram(case.mlo_path))
+    result = predict_topk(load_topksiglip(tiny_topk_folder(folder)), breast, k=3, zero_shot=False)
+    bounds = result.cell_bounds
+    grid = result.importance.shape[0]
+    side = breast.image.shape[0]
+    assert bounds[0] == 0.0 and bounds[-1] == side
+    assert not np.allclose(bounds, np.linspace(0, side, grid + 1))  # not S / G per cell
+    result.importance = np.arange(grid * grid, dtype=np.float32).reshape(grid, grid)
+    frames = {"CC": WorldFrame(offset_x=10.0), "MLO": WorldFrame(offset_x=500.0)}
+    layers = {
+        kwargs["name"]: (data, kwargs, kind)
+        for data, kwargs, kind in topk_layers(result, breast, frames)
+    }
+    for view, rows in (("CC", range(0, grid // 2)), ("MLO", range(grid // 2, grid))):
+        layer = Layer.create(*layers[f"TopK importance {view}"])
+        for row in rows:
+            for col in (0, 3, grid - 1):
+                hits = np.argwhere(layer.data == result.importance[row, col])
+                lo, hi = hits.min(axis=0) - 0.5, hits.max(axis=0) + 0.5  # data px edges
+                corners = [[lo[0], lo[1]], [lo[0], hi[1]], [hi[0], lo[1]], [hi[0], hi[1]]]
+                world = np.array([layer.data_to_world(c) for c in corners])
+                breast_xy = np.array(
+                    [[bounds[c], bounds[r]] for r in (row, row + 1) for c in (col, col + 1)]
+                )
+                expected = frames[view].to_world(breast.to_source(view, breast_xy))
+                np.testing.assert_allclose(
+                    np.sort(world, axis=0), np.sort(expected, axis=0), atol=1e-6
+                )

@@ -2,7 +2,8 @@
 
 ``build_scene`` makes a synthetic H&E slide and a synthetic mammogram pair, runs the demo
 pathology model for a text prompt (heatmap + top patches) and the TopK mammography model
-where one is available; ``write_scene`` writes what a viewer would show as files. A missing
+(the registered ``topksiglip-demo`` is trained into the cache on first use);
+``write_scene`` writes what a viewer would show as files. A missing
 model is reported as a note and the scene goes on without that overlay. Used headless by
 ``medvl demo`` and, with a viewer, by the plugin's demo (``make demo``).
 """
@@ -104,6 +105,29 @@ def _run_pathology(scene: DemoScene, model: str, progress: Progress) -> None:
         scene.notes.append(f"slide heatmap skipped: {error}")
 
 
+def _ensure_demo_topk_model(model: str, progress: Progress) -> None:
+    """Train the registered demo model into the cache when ``model`` names it and it is missing.
+
+    Runs the packaged demo recipe (the settings of train/topksiglip_demo.yaml) through the
+    shared training loop; a few minutes on 2 CPU cores, once per cache.
+    """
+    from medvl_engine.models.topksiglip import registered_model_dir
+
+    if model != "topksiglip-demo" or Path(model).is_dir():
+        return
+    folder = registered_model_dir(model)
+    if folder.is_dir():
+        return
+    from medvl_engine.training._topksiglip_demo import train_demo_model
+
+    progress(
+        f"training the TopKSigLIP demo model into {folder} (once; a few minutes on 2 CPU cores, "
+        "starting with a synthetic cohort of mammograms)"
+    )
+    train_demo_model(progress=lambda message: progress(f"TopKSigLIP demo {message}"))
+    progress(f"TopKSigLIP demo model installed in {folder}")
+
+
 def _run_mammography(scene: DemoScene, model: str, k: int, progress: Progress) -> None:
     from medvl_engine.io.mammo import breast_image, open_mammogram
     from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
@@ -112,6 +136,7 @@ def _run_mammography(scene: DemoScene, model: str, k: int, progress: Progress) -
     try:
         cc, mlo = open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)
         scene.breast = breast_image(cc, mlo)
+        _ensure_demo_topk_model(model, progress)
         topk_model = load_topksiglip(model)
         progress(f"running TopK-Patch (K = {k})")
         scene.topk = predict_topk(topk_model, scene.breast, k=k)

@@ -275,19 +275,23 @@ def grid_image_layer(
     return values, kwargs, "image"
 
 
-def _cell_affine(
-    breast: Any, view: str, frame: WorldFrame, cell: float, first_row_y: float
+def _raster_affine(
+    breast: Any, view: str, frame: WorldFrame, step: float, origin_xy: tuple[float, float]
 ) -> np.ndarray:
-    """3x3 affine from a half-grid's data (row, col) to world (y, x) on the view's layer.
+    """3x3 affine from a raster's data (row, col) to world (y, x) on the view's layer.
 
-    Cell (r, c) is centred on breast px (x, y) = ((c + 0.5) * cell, first_row_y +
-    (r + 0.5) * cell); ``breast.to_source`` takes it to the view's source px (the engine
-    may crop, resize, flip or rotate the view), ``frame`` to world. The map is affine,
-    so three cell centres fix it.
+    Raster pixel (r, c) is centred on breast px (x, y) = (origin_x + (c + 0.5) * step,
+    origin_y + (r + 0.5) * step); ``breast.to_source`` takes it to the view's source px (the
+    engine may crop, resize, flip or rotate the view), ``frame`` to world. The map is affine,
+    so three pixel centres fix it.
     """
-    cells_rc = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    pixels_rc = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     breast_xy = np.stack(
-        [(cells_rc[:, 1] + 0.5) * cell, first_row_y + (cells_rc[:, 0] + 0.5) * cell], axis=1
+        [
+            origin_xy[0] + (pixels_rc[:, 1] + 0.5) * step,
+            origin_xy[1] + (pixels_rc[:, 0] + 0.5) * step,
+        ],
+        axis=1,
     )
     world_yx = frame.to_world(np.asarray(breast.to_source(view, breast_xy), dtype=np.float64))
     affine = np.eye(3)
@@ -297,24 +301,69 @@ def _cell_affine(
     return affine
 
 
+_MAX_RASTER_PX = 2048
+
+
+def _raster_step(bounds: np.ndarray) -> float:
+    """Largest step that puts every cell edge on a raster pixel edge (their widths' common
+    divisor), unless that raster would exceed ``_MAX_RASTER_PX`` per axis; then span / limit
+    (edges then land within half a step of the engine's)."""
+    widths = np.diff(np.asarray(bounds, dtype=np.float64))
+    span = float(bounds[-1] - bounds[0])
+    tolerance = 1e-6 * span
+    step = float(widths[0])
+    for width in widths[1:]:
+        a, b = max(step, float(width)), min(step, float(width))
+        while b > tolerance:
+            remainder = a % b
+            a, b = b, (0.0 if min(remainder, b - remainder) <= tolerance else remainder)
+        step = a
+    if span / step > _MAX_RASTER_PX:
+        return span / _MAX_RASTER_PX
+    return step
+
+
+def _cell_raster(
+    grid: np.ndarray, row_bounds: np.ndarray, col_bounds: np.ndarray, step: float
+) -> np.ndarray:
+    """Cells of ``grid [R, C]`` with edges ``row_bounds [R + 1]``, ``col_bounds [C + 1]``
+    painted on a uniform raster of ``step`` px starting at (col_bounds[0], row_bounds[0])."""
+
+    def cell_of(bounds: np.ndarray) -> np.ndarray:
+        count = int(round((bounds[-1] - bounds[0]) / step))
+        centres = bounds[0] + (np.arange(count) + 0.5) * step
+        return np.clip(np.searchsorted(bounds, centres, side="right") - 1, 0, len(bounds) - 2)
+
+    return grid[np.ix_(cell_of(row_bounds), cell_of(col_bounds))]
+
+
 def importance_layers(
     importance: np.ndarray,
     breast: Any,
     view_frames: dict[str, WorldFrame],
     name_prefix: str = "importance",
     opacity: float = 0.45,
+    cell_bounds: np.ndarray | None = None,
 ) -> list[LayerData]:
     """The TopK importance map [G, G] over the breast image, split onto each source view.
 
-    Rows [0, G/2) cover the CC half of the breast image (CC on top), rows [G/2, G) the MLO
-    half; each half is placed on its view's layer with an affine built from the engine's
-    ``breast.to_source``, so cells sit over the tissue they scored however the engine
-    cropped, flipped or rotated the view.
+    cell_bounds: the engine's cell edges ``[G + 1]`` in breast-image px (TopKResult.cell_bounds;
+    the same on both axes); None means G equal cells of side S / G. Rows [0, G/2) are the CC
+    half of the grid (CC on top), rows [G/2, G) the MLO half. Each half is painted on a uniform
+    raster whose pixel edges include every cell edge, then placed on its view's layer with an
+    affine built from the engine's ``breast.to_source``, so cells sit over the tissue they
+    scored however the engine cropped, flipped or rotated the view.
     """
     grid = np.asarray(importance, dtype=np.float32)
     rows = grid.shape[0]
     side = float(np.asarray(breast.image).shape[0])
-    cell = side / rows
+    if cell_bounds is None:
+        bounds = np.linspace(0.0, side, rows + 1)
+    else:
+        bounds = np.asarray(cell_bounds, dtype=np.float64)
+        if bounds.shape != (rows + 1,):
+            raise ValueError(f"cell_bounds must hold {rows + 1} edges, got shape {bounds.shape}")
+    step = _raster_step(bounds)
     low, high = float(np.nanmin(grid)), float(np.nanmax(grid))
     limits = (low, high if high > low else low + 1e-6)  # a flat map shows as no overlay
     layers: list[LayerData] = []
@@ -322,6 +371,8 @@ def importance_layers(
         if view not in view_frames:
             continue
         frame = view_frames[view]
+        row_bounds = bounds[row_lo : row_hi + 1]
+        origin = (float(bounds[0]), float(row_bounds[0]))
         kwargs = {
             "name": f"{name_prefix} {view}",
             "colormap": "inferno",
@@ -330,14 +381,16 @@ def importance_layers(
             "contrast_limits": limits,
             "interpolation2d": "nearest",
             "units": _units(frame),
-            "affine": _cell_affine(breast, view, frame, cell, row_lo * cell),
+            "affine": _raster_affine(breast, view, frame, step, origin),
             "metadata": {
                 "medvl_kind": "importance",
                 "view": view,
                 "world_frame": frame.as_dict(),
             },
         }
-        layers.append((grid[row_lo:row_hi], kwargs, "image"))
+        layers.append(
+            (_cell_raster(grid[row_lo:row_hi], row_bounds, bounds, step), kwargs, "image")
+        )
     return layers
 
 
@@ -360,7 +413,11 @@ def topk_layers(
     context["sources"] = dict(sources or {})
     prefix = f"TopK {laterality}" if laterality else "TopK"
     layers = importance_layers(
-        result.importance, breast, view_frames, name_prefix=f"{prefix} importance"
+        result.importance,
+        breast,
+        view_frames,
+        name_prefix=f"{prefix} importance",
+        cell_bounds=getattr(result, "cell_bounds", None),
     )
     for _, kwargs, _ in layers:
         kwargs["metadata"].update(context)

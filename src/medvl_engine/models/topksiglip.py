@@ -50,6 +50,7 @@ __all__ = [
     "TopKSigLIPConfig",
     "VisionOutput",
     "build_topksiglip",
+    "registered_model_dir",
     "load_topksiglip",
     "predict_topk",
     "resolve_model",
@@ -60,9 +61,9 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 MODEL_TYPE = "medvl-topksiglip"
 
-# Named models: name -> folder (relative to the working directory) or hub id.
+# Named models: name -> folder inside the cache (MEDVL_CACHE, default ~/.cache/medvl).
 MODEL_REGISTRY: dict[str, str] = {
-    "topksiglip-demo": "runs/topksiglip_demo/final",
+    "topksiglip-demo": "models/topksiglip-demo-v1",
 }
 
 
@@ -391,16 +392,32 @@ def _remove_tree(path: Path) -> None:
     path.rmdir()
 
 
+def registered_model_dir(name: str = "topksiglip-demo") -> Path:
+    """Cache folder of a registered model (:data:`MODEL_REGISTRY`), independent of the cwd."""
+    from medvl_engine._cache import cache_dir
+
+    if name not in MODEL_REGISTRY:
+        raise ModelNotFoundError(
+            f"{name} is not a registered TopKSigLIP model; use one of {sorted(MODEL_REGISTRY)}."
+        )
+    return cache_dir() / MODEL_REGISTRY[name]
+
+
 def resolve_model(name_or_path: str | Path) -> Path:
-    """Folder of a model given a path or a registered name (:data:`MODEL_REGISTRY`)."""
+    """Folder of a model given a path or a registered name (:data:`MODEL_REGISTRY`).
+
+    A registered name resolves to its folder in the cache, which ``medvl-train topksiglip``
+    fills when the config sets ``install_as`` (the demo config does).
+    """
     path = Path(name_or_path)
     if path.is_dir():
         return path
-    registered = MODEL_REGISTRY.get(str(name_or_path))
-    if registered and Path(registered).is_dir():
-        return Path(registered)
+    registered = str(name_or_path) in MODEL_REGISTRY
+    if registered and registered_model_dir(str(name_or_path)).is_dir():
+        return registered_model_dir(str(name_or_path))
     hint = (
-        " (train it first: medvl-train topksiglip --config train/topksiglip_demo.yaml)"
+        f" in {registered_model_dir(str(name_or_path))} (train it first: medvl-train topksiglip "
+        "--config train/topksiglip_demo.yaml, or run `medvl demo`)"
         if registered
         else ""
     )
@@ -471,7 +488,10 @@ class TopKResult:
     ranks / scores: matching ``{"CC": [M], ...}`` (rank 1 = first sampled; score = the
     Plackett-Luce first-draw probability ``w_n / sum w``); breast_boxes ``[K, 4]`` in breast-image
     px, in rank order; importance ``[G, G]`` float32 = ``w / sum w`` on the candidate grid;
-    zero_shot: ``{task: {class: probability}}`` from the paper's prompts; embedding ``[C]``.
+    cell_bounds ``[G + 1]`` float64: edges of the importance cells in breast-image px, the same
+    on both axes (cell (r, c) covers x in ``[b[c], b[c + 1])``, y in ``[b[r], b[r + 1])``; the
+    outer cells are wider, see :meth:`PatchGeometry.cell_bounds`); zero_shot:
+    ``{task: {class: probability}}`` from the paper's prompts; embedding ``[C]``.
     """
 
     boxes: dict[str, np.ndarray]
@@ -480,6 +500,7 @@ class TopKResult:
     breast_boxes: np.ndarray
     breast_scores: np.ndarray
     importance: np.ndarray
+    cell_bounds: np.ndarray
     zero_shot: dict[str, dict[str, float]]
     embedding: np.ndarray
 
@@ -553,6 +574,7 @@ def predict_topk(
         breast_boxes=breast_boxes,
         breast_scores=probs[indices].astype(np.float64),
         importance=probs.reshape(grid, grid).astype(np.float32),
+        cell_bounds=model.geometry.cell_bounds() * scale,
         zero_shot=readouts,
         embedding=out.embedding[0].cpu().numpy(),
     )

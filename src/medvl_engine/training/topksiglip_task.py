@@ -15,7 +15,7 @@ import dataclasses
 import json
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,7 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     augment: bool = True
     eval_k: int | None = None  # patches at evaluation (default k)
     seed: int = 0
+    install_as: str | None = None  # registered name whose cache folder receives the final model
 
     def model_config(self) -> TopKSigLIPConfig:
         names = [f.name for f in dataclasses.fields(TopKSigLIPConfig)]
@@ -201,6 +202,8 @@ class TopKSigLIPTask:
         )
         self._tokenizer = None
         self.last_metrics: dict[str, float] = {}
+        # Optional sink for one-line progress messages (batches drawn, evaluations).
+        self.progress: Callable[[str], None] | None = None
 
     def _records(self) -> tuple[list[MammoRecord], list[MammoRecord]]:
         config = self.config
@@ -248,7 +251,10 @@ class TopKSigLIPTask:
     ) -> Iterator[dict[str, Any]]:
         order = self._order(epoch, rank, world_size)
         size = min(self.config.batch_size, len(order))
-        for index in range(start, self.num_batches(epoch, rank, world_size)):
+        count = self.num_batches(epoch, rank, world_size)
+        for index in range(start, count):
+            if self.progress is not None and index % 10 == 0:
+                self.progress(f"training: epoch {epoch + 1}, batch {index + 1}/{count}")
             chosen = order[index * size : (index + 1) * size]
             batch = collate_breasts([self.train_set.sample(i, epoch) for i in chosen])
             reports = batch.pop("reports")
@@ -310,10 +316,21 @@ class TopKSigLIPTask:
         from medvl_engine.evaluation.mammography import evaluate_mammography
 
         self.last_metrics = evaluate_mammography(model, self.eval_set, k=self.config.eval_k)
+        if self.progress is not None:
+            shown = ("auroc_cancer", "auroc_findings_avg", "pointing_game")
+            values = ", ".join(
+                f"{key} {self.last_metrics.get(key, float('nan')):.2f}" for key in shown
+            )
+            self.progress(f"held-out evaluation: {values}")
         return self.last_metrics
 
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:
+        """Save a model folder; the final model also goes to the cache folder of ``install_as``."""
         save_topksiglip(unwrap_model(model), directory)
+        if self.config.install_as and Path(directory) == self.out_dir / "final":
+            from medvl_engine.models.topksiglip import registered_model_dir
+
+            save_topksiglip(unwrap_model(model), registered_model_dir(self.config.install_as))
 
 
 def build_task(task_config: TopKSigLIPTaskConfig, run_config: RunConfig) -> TopKSigLIPTask:
