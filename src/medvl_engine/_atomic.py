@@ -1,13 +1,15 @@
 """Atomic file writes: a temporary file in the destination folder, renamed into place.
 
 Every file the engine saves for a user (exports, synthetic data, manifests, checkpoints) goes
-through :func:`atomic_write` or :func:`atomic_write_stream`, so a failed or interrupted write
-never leaves a half-written file and always reports one sentence naming the file.
+through :func:`atomic_write` or :func:`atomic_write_stream`, and every model or cache folder
+through :func:`atomic_directory`, so a failed or interrupted write never leaves a half-written
+file or folder and reports one sentence naming it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import IO, Any
 
 from medvl_engine.errors import ExportError, MedVLError
 
-__all__ = ["atomic_write", "atomic_write_stream"]
+__all__ = ["atomic_directory", "atomic_write", "atomic_write_stream"]
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str = "file") -> Path:
@@ -46,11 +48,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str
         raise
     except OSError as error:
         _discard(temporary_path)
-        raise ExportError(
-            f"could not write {what} {path}: {error.strerror or error}; check that the folder "
-            "is writable and has free space",
-            path,
-        ) from error
+        raise _write_error(what, path, error) from error
     except BaseException:
         _discard(temporary_path)
         raise
@@ -78,6 +76,62 @@ def atomic_write_stream(
             os.fsync(handle.fileno())
 
     return atomic_write(path, write_handle, what=what)
+
+
+def atomic_directory(
+    folder: str | Path,
+    fill: Callable[[Path], object],
+    *,
+    what: str = "folder",
+    keep_if_present: str | None = None,
+) -> Path:
+    """Build ``folder`` atomically: ``fill(staging)`` writes into an empty sibling folder that
+    is then renamed to ``folder``.
+
+    An existing ``folder`` is moved aside and removed only once the new one is in place (and
+    put back if the rename fails). With ``keep_if_present`` (the name of the file that marks a
+    complete folder, e.g. "model.safetensors"), a complete ``folder`` that another process
+    finished first is kept instead of replaced. Missing parent folders are created.
+    Raises :class:`ExportError` when the file system refuses.
+    """
+    folder = Path(folder)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        workspace = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    except OSError as error:
+        raise _write_error(what, folder, error) from error
+    staging, previous = workspace / "new", workspace / "previous"
+    try:
+        staging.mkdir()
+        fill(staging)
+        if keep_if_present is not None:
+            try:
+                os.replace(staging, folder)
+            except OSError:
+                if not (folder / keep_if_present).is_file():
+                    raise
+        else:
+            if folder.exists():
+                os.replace(folder, previous)
+            try:
+                os.replace(staging, folder)
+            except OSError:
+                if previous.exists():
+                    os.replace(previous, folder)
+                raise
+    except OSError as error:
+        raise _write_error(what, folder, error) from error
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    return folder
+
+
+def _write_error(what: str, path: Path, error: OSError) -> ExportError:
+    return ExportError(
+        f"could not write {what} {path}: {error.strerror or error}; check that the folder "
+        "is writable and has free space",
+        path,
+    )
 
 
 def _discard(temporary_path: Path | None) -> None:

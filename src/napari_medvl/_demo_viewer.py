@@ -103,7 +103,7 @@ def save_screenshots(viewers: list[Any], out: Any) -> list[Any]:
 
     from PIL import Image
 
-    from medvl_engine._atomic import atomic_write
+    from medvl_engine import atomic_write
 
     written = []
     for number, viewer in enumerate(viewers, start=1):

@@ -9,12 +9,10 @@ an interrupted first use never leaves a half-written sample behind.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from medvl_engine import atomic_directory
 from napari_medvl._cache import cache_dir
 from napari_medvl._layers import LayerData, mammogram_layers, slide_layer
 
@@ -38,18 +36,12 @@ def _generate_once(name: str, make: Callable[[Path], dict]) -> dict:
     info_path = final / "info.json"
     if info_path.is_file():
         return json.loads(info_path.read_text())
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
-    try:
+
+    def fill(staging: Path) -> None:
         info = make(staging)
         (staging / "info.json").write_text(json.dumps(info, indent=2))
-        try:
-            os.replace(staging, final)
-        except OSError:
-            if not info_path.is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+
+    atomic_directory(final, fill, what="sample data folder", keep_if_present="info.json")
     return json.loads(info_path.read_text())
 
 

@@ -15,7 +15,7 @@ from medvl_engine.encoders._registry import (
     load_encoder,
     register_model_type,
 )
-from medvl_engine.encoders._text_tower import TextTower
+from medvl_engine.encoders._text_tower import TextTower, load_text_tower
 
 __all__ = [
     "PAIRED_MODEL_TYPE",
@@ -26,6 +26,7 @@ __all__ = [
     "TextTowerUnavailableError",
     "available_encoders",
     "load_encoder",
+    "load_text_tower",
     "register_model_type",
     "save_text_tower_folder",
 ]

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from medvl_engine._atomic import atomic_directory
 from medvl_engine._cache import cache_dir
 from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._handcrafted import FEATURE_NAMES, handcrafted_features
@@ -228,19 +226,14 @@ def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
     state["vision.mean"], state["vision.std"] = mean.contiguous(), std.contiguous()
     state["vision.projection"] = projection
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
+    def fill(staging: Path) -> None:
         (staging / "config.json").write_text(json.dumps(config, indent=2))
         save_file(state, staging / "model.safetensors")
         tokenizer.save_pretrained(staging)
-        try:
-            os.replace(staging, out_dir)
-        except OSError:
-            if not (out_dir / "model.safetensors").is_file():  # not a concurrent build that won
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out_dir
+
+    return atomic_directory(
+        out_dir, fill, what="demo model folder", keep_if_present="model.safetensors"
+    )
 
 
 def load_demo_folder(

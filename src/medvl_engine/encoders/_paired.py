@@ -8,15 +8,13 @@ folder path (relative paths are taken relative to the model folder).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from medvl_engine._atomic import atomic_directory
 from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._text_tower import TextTower, load_text_tower, text_tower_config
 from medvl_engine.errors import ConfigError
@@ -66,17 +64,13 @@ def save_text_tower_folder(folder: str | Path, tower: TextTower, vision_encoder:
     if tower.projection is not None:
         for key, value in tower.projection.state_dict().items():
             state[f"projection.{key}"] = value.detach().cpu().contiguous()
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+
+    def fill(staging: Path) -> None:
         (staging / "config.json").write_text(json.dumps(config, indent=2))
         save_file(state, staging / "model.safetensors")
         tower.tokenizer.save_pretrained(staging)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+
+    return atomic_directory(folder, fill, what="text tower folder")
 
 
 def load_paired_folder(

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -240,12 +237,10 @@ def save_limit_text_tower(model: LimitModel, folder: str | Path) -> Path:
     config.json also records ``tau_attn``, ``normalize_features`` and ``"trained_with":
     "limit"``. Written into a temporary sibling folder and renamed into place.
     """
+    from medvl_engine import atomic_directory
     from medvl_engine.encoders import save_text_tower_folder
 
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent)) / "tower"
-    try:
+    def fill(staging: Path) -> None:
         save_text_tower_folder(staging, model.text_tower, model.vision_encoder or "")
         config_path = staging / "config.json"
         config = json.loads(config_path.read_text())
@@ -257,12 +252,8 @@ def save_limit_text_tower(model: LimitModel, folder: str | Path) -> Path:
             }
         )
         config_path.write_text(json.dumps(config, indent=2))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging.parent, ignore_errors=True)
-    return folder
+
+    return atomic_directory(folder, fill, what="LIMIT model folder")
 
 
 def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> LimitModel:
@@ -273,7 +264,7 @@ def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> 
     """
     from safetensors.torch import load_file
 
-    from medvl_engine.encoders._text_tower import load_text_tower
+    from medvl_engine.encoders import load_text_tower
     from medvl_engine.errors import CorruptFileError, ModelNotFoundError
 
     folder = Path(folder)
