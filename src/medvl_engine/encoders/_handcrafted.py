@@ -60,9 +60,7 @@ FEATURE_NAMES: tuple[str, ...] = (
 
 def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
     """Descriptors of RGB patches: uint8 [B, H, W, 3] -> float32 [B, 64] (see FEATURE_NAMES)."""
-    rgb = patches.permute(0, 3, 1, 2).float() / 255.0
-    if rgb.shape[-1] != _WORK_SIZE or rgb.shape[-2] != _WORK_SIZE:
-        rgb = F.interpolate(rgb, size=(_WORK_SIZE, _WORK_SIZE), mode="area")
+    rgb = _to_work_size(patches)  # [B, 3, 96, 96] float32 in [0, 1], contiguous
     batch = rgb.shape[0]
     flat = rgb.flatten(2)  # [B, 3, P]
     gray = (0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2]).unsqueeze(1)  # [B, 1, h, w]
@@ -85,15 +83,15 @@ def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
     grad, lap = _gradient_magnitude(gray), _laplacian(gray)
     gray_half = F.avg_pool2d(gray, 2)
     grad2, lap2 = _gradient_magnitude(gray_half), _laplacian(gray_half)
-    local_mean = F.avg_pool2d(gray, 5, stride=1)
-    local_var = F.avg_pool2d(gray**2, 5, stride=1) - local_mean**2
+    local_mean = _box_mean(gray, 5)
+    local_var = _box_mean(gray**2, 5) - local_mean**2
 
     features = [
         flat.mean(2),
-        flat.std(2),
+        _std(flat, 2),
         hed_flat.mean(2),
-        hed_flat.std(2),
-        torch.stack([saturation.mean(1), saturation.std(1), value.mean(1), value.std(1)], 1),
+        _std(hed_flat, 2),
+        torch.stack([saturation.mean(1), _std(saturation, 1), value.mean(1), _std(value, 1)], 1),
         torch.stack([hue_cos, hue_sin], 1),
         _histogram(gray_flat, 8),
         _histogram(haem_flat / _OD_SCALE, 8),
@@ -104,9 +102,9 @@ def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
         torch.stack(
             [
                 grad.flatten(1).mean(1),
-                grad.flatten(1).std(1),
+                _std(grad.flatten(1), 1),
                 grad2.flatten(1).mean(1),
-                grad2.flatten(1).std(1),
+                _std(grad2.flatten(1), 1),
                 lap.abs().flatten(1).mean(1),
                 lap2.abs().flatten(1).mean(1),
                 local_var.flatten(1).mean(1),
@@ -127,6 +125,59 @@ def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
     ]
     out = torch.cat([f.reshape(batch, -1) for f in features], dim=1)
     return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _to_work_size(patches: torch.Tensor) -> torch.Tensor:
+    """uint8 [B, H, W, 3] -> float32 [B, 3, 96, 96] in [0, 1]: area (adaptive average) resize.
+
+    Separable adaptive average pooling (what ``F.interpolate(..., mode="area")`` computes):
+    output sample i averages input samples [floor(i L / 96), ceil((i + 1) L / 96)), first
+    along rows, then along columns, each as a few gathers of whole rows (no per-window loop).
+    """
+    _, height, width, _ = patches.shape
+    if (height, width) == (_WORK_SIZE, _WORK_SIZE):
+        return patches.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+    pixels = patches.float()  # [B, H, W, 3]; each gather below copies whole contiguous rows
+    rows = _window_average(pixels, dim=1, size=_WORK_SIZE)  # [B, 96, W, 3]
+    columns_first = rows.transpose(1, 2).contiguous()  # [B, W, 96, 3]
+    shrunk = _window_average(columns_first, dim=1, size=_WORK_SIZE)  # [B, 96 (x), 96 (y), 3]
+    return shrunk.permute(0, 3, 2, 1).div(255.0).contiguous()  # [B, 3, 96 (y), 96 (x)]
+
+
+def _window_average(values: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """Adaptive average pooling of ``values`` along ``dim`` to ``size`` samples."""
+    length = values.shape[dim]
+    index = torch.arange(size)
+    starts = (index * length) // size
+    counts = -((-(index + 1) * length) // size) - starts
+    total = None
+    for offset in range(int(counts.max())):
+        inside = offset < counts
+        picked = values.index_select(dim, (starts + offset).clamp_max(length - 1))
+        if not bool(inside.all()):
+            shape = [1] * values.ndim
+            shape[dim] = size
+            picked = picked * inside.view(shape).to(values.dtype)
+        total = picked if total is None else total + picked
+    shape = [1] * values.ndim
+    shape[dim] = size
+    return total / counts.view(shape).to(values.dtype)
+
+
+def _std(values: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sample standard deviation along ``dim``: sqrt(sum((x - mean)^2) / (n - 1)), two passes."""
+    centred = values - values.mean(dim, keepdim=True)
+    return (centred.square().sum(dim) / (values.shape[dim] - 1)).sqrt()
+
+
+def _box_mean(image: torch.Tensor, size: int) -> torch.Tensor:
+    """Mean over each ``size`` x ``size`` window (stride 1, no padding): [B, 1, h, w] -> [B, 1,
+    h - size + 1, w - size + 1], as ``F.avg_pool2d(image, size, stride=1)`` (separable sums)."""
+    rows = image.shape[-2] - size + 1
+    cols = image.shape[-1] - size + 1
+    summed = sum(image[..., k : k + rows, :] for k in range(size))
+    summed = sum(summed[..., k : k + cols] for k in range(size))
+    return summed / (size * size)
 
 
 def _hue(flat: torch.Tensor, value: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
