@@ -67,7 +67,7 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
             boxes=boxes,
             box_scores=scores,
         )
-    from medvl_engine.models._topk_export import write_topk_outputs
+    from medvl_engine.models import write_topk_outputs
 
     sources = {view: Path(file) for view, file in metadata.get("sources", {}).items() if file}
     breast = metadata["breast"]

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--k must be at least 1, got {args.k}.")
 
     from medvl_engine.io.mammo import breast_image, open_mammogram
-    from medvl_engine.models._topk_export import write_topk_outputs
+    from medvl_engine.models import write_topk_outputs
     from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
 
     model = load_topksiglip(args.model, device=args.device)

@@ -244,14 +244,14 @@ class LimitTask:
             model.logit_scale.requires_grad_(False)
             model.logit_bias.requires_grad_(False)
         if config.finetune == "lora":
-            from medvl_engine.models._lora import add_lora
+            from medvl_engine.models import add_lora
 
             add_lora(tower, config.lora_rank, config.lora_alpha, config.lora_dropout)
         self.tokenizer = tower.tokenizer
         return model
 
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:
-        from medvl_engine.models._lora import merged_copy
+        from medvl_engine.models import merged_copy
 
         save_limit_text_tower(merged_copy(unwrap_model(model)).cpu(), directory)
 
