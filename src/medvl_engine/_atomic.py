@@ -4,11 +4,18 @@ Every file the engine saves for a user (exports, synthetic data, manifests, chec
 through :func:`atomic_write` or :func:`atomic_write_stream`, and every model or cache folder
 through :func:`atomic_directory`, so a failed or interrupted write never leaves a half-written
 file or folder and reports one sentence naming it.
+
+Finished files and folders get the permissions a plain ``open()`` or ``mkdir()`` would give
+them (0o666, folders 0o777, less the process umask and as any default ACL decides), not the
+owner-only 0o600/0o700 of :mod:`tempfile`: the temporary file is created by ``os.open`` with
+mode 0o666 at write time, so the kernel applies the umask in force then, with no
+process-wide ``os.umask`` call that could race with other threads.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -36,12 +43,10 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str
         )
     temporary_path: Path | None = None
     try:
-        fd, temporary = tempfile.mkstemp(
-            prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent
-        )
-        os.close(fd)
-        temporary_path = Path(temporary)
+        temporary_path, mode = _create_temporary(path)
         write(temporary_path)
+        if (os.stat(temporary_path).st_mode & 0o7777) != mode:
+            os.chmod(temporary_path, mode)  # the writer replaced the file we created
         os.replace(temporary_path, path)
     except MedVLError:
         _discard(temporary_path)
@@ -124,6 +129,27 @@ def atomic_directory(
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
     return folder
+
+
+def _create_temporary(path: Path) -> tuple[Path, int]:
+    """Create an empty ``.{stem}-XXXXXXXX{suffix}`` beside ``path`` as ``open()`` would.
+
+    Returns the file and the permission bits (``st_mode & 0o7777``) it was created with:
+    0o666 less the umask, or what the folder's default ACL gives.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        candidate = path.parent / f".{path.stem}-{secrets.token_hex(4)}{path.suffix}"
+        try:
+            fd = os.open(candidate, flags, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            mode = os.fstat(fd).st_mode & 0o7777
+        finally:
+            os.close(fd)
+        return candidate, mode
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def _write_error(what: str, path: Path, error: OSError) -> ExportError:
