@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medvl_engine._atomic import atomic_write
 from medvl_engine._colormap import apply_colormap
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 __all__ = ["composite_image", "sample_grid", "write_image"]
 
@@ -108,7 +111,9 @@ def composite_image(
     return np.asarray(image)
 
 
-def _with_legend(image, value_range: Sequence[float], colormap: str, title: str):
+def _with_legend(
+    image: PILImage, value_range: Sequence[float], colormap: str, title: str
+) -> PILImage:
     """Add a white strip on the right holding a vertical colour bar, tick labels and a title.
 
     The strip is 110 px wide with 11 px text for images up to about 770 px high, and grows in

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 HELP = "extract patch features of slides into zarr stores (resumable, shardable)"
@@ -101,7 +102,7 @@ def _import_h5(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_printer(label: str):
+def _progress_printer(label: str) -> Callable[[int, int], None]:
     def show(done: int, total: int) -> None:
         print(f"\r{label}: {done}/{total} patches", end="", file=sys.stderr, flush=True)
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
 from medvl_engine._atomic import atomic_write_stream
+
+if TYPE_CHECKING:
+    from medvl_engine.encoders import PatchTextEncoder
 
 __all__ = ["DIAGNOSTIC_CLASSES", "make_synthetic_bags"]
 
@@ -27,7 +30,9 @@ DIAGNOSTIC_CLASSES = ("tumor", "stroma", "lymphocytes", "adipose", "necrosis")
 _PATCH_PX = 224
 
 
-def _encode_pool(encoder, rng: np.random.Generator, per_class: int) -> dict[str, np.ndarray]:
+def _encode_pool(
+    encoder: PatchTextEncoder, rng: np.random.Generator, per_class: int
+) -> dict[str, np.ndarray]:
     from medvl_engine.synthetic import render_tissue
 
     pool = {}
@@ -39,7 +44,9 @@ def _encode_pool(encoder, rng: np.random.Generator, per_class: int) -> dict[str,
     return pool
 
 
-def _write_store(path: Path, features: np.ndarray, labels: np.ndarray, slide: str, encoder: str):
+def _write_store(
+    path: Path, features: np.ndarray, labels: np.ndarray, slide: str, encoder: str
+) -> None:
     import zarr
 
     group = zarr.open_group(str(path), mode="w")

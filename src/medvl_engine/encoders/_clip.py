@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -11,6 +12,9 @@ from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._preprocess import ImagePreprocess
 from medvl_engine.encoders._text_tower import TextTower
 from medvl_engine.errors import ModelNotFoundError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["ClipEncoder", "load_clip_folder"]
 
@@ -21,7 +25,7 @@ class ClipEncoder(PatchTextEncoder):
     def __init__(
         self,
         model: torch.nn.Module,
-        tokenizer,
+        tokenizer: PreTrainedTokenizerBase,
         preprocess: ImagePreprocess,
         *,
         name: str,
@@ -48,7 +52,9 @@ class ClipEncoder(PatchTextEncoder):
         return self.text_tower.encode(texts)
 
 
-def _clip_text_tower(model: torch.nn.Module, tokenizer, max_length: int) -> TextTower:
+def _clip_text_tower(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> TextTower:
     """The CLIP text side as a :class:`TextTower` sharing the model's modules (no copy).
 
     pooled = EOS-token state of the text transformer, then ``text_projection``; a LIMIT run

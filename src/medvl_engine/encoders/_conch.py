@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -30,7 +31,14 @@ class TextTowerUnavailableError(ModelNotFoundError):
 class ConchV1Encoder(PatchTextEncoder):
     """CONCH v1 (CoCa ViT-B/16, 448 px): contrastive image and text embeddings [., 512]."""
 
-    def __init__(self, model: torch.nn.Module, tokenize, *, name: str, device="cpu") -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenize: Callable[[list[str]], torch.Tensor],
+        *,
+        name: str,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.tokenize = tokenize
@@ -54,7 +62,14 @@ class ConchV1Encoder(PatchTextEncoder):
 class ConchV15Encoder(PatchTextEncoder):
     """CONCH v1.5 vision tower (ViT-L/16, 448 px, [B, 768]); no public patch-level text tower."""
 
-    def __init__(self, vision: torch.nn.Module, *, name: str, embed_dim: int = 768, device="cpu"):
+    def __init__(
+        self,
+        vision: torch.nn.Module,
+        *,
+        name: str,
+        embed_dim: int = 768,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.device = torch.device(device)
         self.vision = vision.to(self.device).eval()
         self.preprocess = ImagePreprocess(
@@ -79,7 +94,9 @@ class ConchV15Encoder(PatchTextEncoder):
         )
 
 
-def load_conch_v1(checkpoint: Path, *, name: str, device="cpu") -> ConchV1Encoder:
+def load_conch_v1(
+    checkpoint: Path, *, name: str, device: str | torch.device = "cpu"
+) -> ConchV1Encoder:
     """CONCH v1 from its checkpoint file (``pytorch_model.bin`` of MahmoodLab/CONCH)."""
     try:
         from conch.open_clip_custom import create_model_from_pretrained, get_tokenizer, tokenize
@@ -103,7 +120,9 @@ def load_conch_v1(checkpoint: Path, *, name: str, device="cpu") -> ConchV1Encode
     )
 
 
-def load_conch_v15(folder: Path, *, name: str, device="cpu") -> ConchV15Encoder:
+def load_conch_v15(
+    folder: Path, *, name: str, device: str | torch.device = "cpu"
+) -> ConchV15Encoder:
     """CONCH v1.5's vision tower from a local MahmoodLab/TITAN snapshot (its ``return_conch()``)."""
     from transformers import AutoModel
 

@@ -15,10 +15,13 @@ tokenizer files sit at the folder's top level.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["TextTower", "text_tower_config", "load_text_tower"]
 
@@ -31,7 +34,7 @@ class TextTower(torch.nn.Module):
     def __init__(
         self,
         backbone: torch.nn.Module,
-        tokenizer,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         pooling: str = "mean",
         normalize_pooled: bool = False,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from medvl_engine.io._levels import (
     to_rgb,
     wrap_decode_errors,
 )
+
+if TYPE_CHECKING:
+    from medvl_engine.io.slide import Slide
 
 __all__ = ["open_dicom_slide"]
 
@@ -51,13 +55,16 @@ _SEQUENCE_END_TAG = b"\xfe\xff\xdd\xe0"
 _MAX_SIBLINGS = 256
 
 
-def _codec(transfer_syntax: str):
-    """The imagecodecs decoder for an encapsulated transfer syntax, or None if uncompressed."""
+def _codec(transfer_syntax: str) -> Callable[..., Any] | None:
+    """The imagecodecs decoder for an encapsulated transfer syntax, or None if uncompressed.
+
+    Raises LookupError for a transfer syntax that is not read here.
+    """
     import imagecodecs
 
     if transfer_syntax in ("1.2.840.10008.1.2", "1.2.840.10008.1.2.1"):
         return None
-    table = {
+    table: dict[str, Callable[..., Any]] = {
         "1.2.840.10008.1.2.4.50": imagecodecs.jpeg8_decode,
         "1.2.840.10008.1.2.4.51": imagecodecs.jpeg8_decode,
         "1.2.840.10008.1.2.4.57": imagecodecs.ljpeg_decode,
@@ -70,7 +77,7 @@ def _codec(transfer_syntax: str):
         "1.2.840.10008.1.2.4.202": imagecodecs.jpeg2k_decode,
         "1.2.840.10008.1.2.4.203": imagecodecs.jpeg2k_decode,
     }
-    return table.get(transfer_syntax, "unsupported")
+    return table[transfer_syntax]
 
 
 def _read_header(path: Path) -> tuple[Any, int]:
@@ -161,13 +168,14 @@ class _FrameSource:
                 path,
             )
         transfer_syntax = str(dataset.file_meta.TransferSyntaxUID)
-        self.codec = _codec(transfer_syntax)
-        if self.codec == "unsupported":
+        try:
+            self.codec = _codec(transfer_syntax)
+        except LookupError:
             raise UnsupportedFormatError(
                 f"{path.name}: slide tiles use transfer syntax {transfer_syntax}, which is not "
                 "read here; convert the slide to JPEG, JPEG 2000 or uncompressed tiles.",
                 path,
-            )
+            ) from None
         self.ranges = _frame_ranges(path, dataset, pixel_offset)
         self.frame_of = self._frame_map(dataset)
         self.file = PositionalFile(path)
@@ -235,7 +243,7 @@ class _FrameSource:
         self.file.close()
 
 
-def _whole_image(source: _FrameSource):
+def _whole_image(source: _FrameSource) -> Callable[[], np.ndarray]:
     height, width, _ = source.shape
     return lambda: source.read(0, height, 0, width)
 
@@ -261,7 +269,7 @@ def _image_flavour(dataset: Any) -> str:
     return image_type[2] if len(image_type) > 2 else "VOLUME"
 
 
-def open_dicom_slide(path: Path):
+def open_dicom_slide(path: Path) -> Slide:
     """Open a DICOM SM file (with the other instances of its series beside it) or a folder."""
     import pydicom
     from pydicom.errors import InvalidDicomError

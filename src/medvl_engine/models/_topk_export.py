@@ -12,6 +12,7 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -112,7 +113,7 @@ def write_topk_outputs(
             )
         elif suffix == ".csv":
 
-            def write_csv(handle) -> None:
+            def write_csv(handle: IO[str]) -> None:
                 writer = csv.writer(handle)
                 writer.writerow(["view", "rank", "score", "x0", "y0", "x1", "y1", "image"])
                 for view, rank, score, box in _rows(result):

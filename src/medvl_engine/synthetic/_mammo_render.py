@@ -67,7 +67,9 @@ class BreastGeometry:
         )
 
 
-def _outline(view: str, geo: BreastGeometry, shape: tuple[int, int]):
+def _outline(
+    view: str, geo: BreastGeometry, shape: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float, float]:
     """(breast mask bool, normalised radius rho, pectoral mask bool, centre row, semi-axes)."""
     rows, cols = shape
     centre = (geo.centre_cc if view == "CC" else geo.centre_mlo) * rows

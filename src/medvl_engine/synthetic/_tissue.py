@@ -163,7 +163,9 @@ def _px(um: float, mpp: float) -> float:
     return um / mpp
 
 
-def _tumor(rng, shape, mpp):
+def _tumor(
+    rng: np.random.Generator, shape: tuple[int, int], mpp: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     c_h = np.zeros(shape, np.float32)
     centres = _jittered_grid(rng, shape, _px(10.0, mpp), 0.3)
     keep = rng.uniform(size=len(centres)) < 0.92
@@ -177,7 +179,9 @@ def _tumor(rng, shape, mpp):
     return c_h, c_e, np.full(shape, 0.02, np.float32)
 
 
-def _stroma(rng, shape, mpp):
+def _stroma(
+    rng: np.random.Generator, shape: tuple[int, int], mpp: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     height, width = shape
     streaks = ndimage.gaussian_filter(
         rng.standard_normal(shape).astype(np.float32),
@@ -204,7 +208,9 @@ def _stroma(rng, shape, mpp):
     return c_h, c_e, np.full(shape, 0.01, np.float32)
 
 
-def _lymphocytes(rng, shape, mpp):
+def _lymphocytes(
+    rng: np.random.Generator, shape: tuple[int, int], mpp: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     centres = _jittered_grid(rng, shape, _px(6.5, mpp), 0.35)
     centres = centres[rng.uniform(size=len(centres)) < 0.9]
     radii = np.clip(np.round(rng.normal(_px(2.6, mpp), _px(0.3, mpp), len(centres))), 2, None)
@@ -215,7 +221,9 @@ def _lymphocytes(rng, shape, mpp):
     return c_h, c_e, np.full(shape, 0.03, np.float32)
 
 
-def _adipose(rng, shape, mpp):
+def _adipose(
+    rng: np.random.Generator, shape: tuple[int, int], mpp: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     height, width = shape
     cell_px = _px(rng.uniform(40.0, 55.0), mpp)
     sites = _jittered_grid(rng, shape, cell_px, 0.35)
@@ -244,7 +252,9 @@ def _adipose(rng, shape, mpp):
     return c_h, c_e, np.zeros(shape, np.float32)
 
 
-def _necrosis(rng, shape, mpp):
+def _necrosis(
+    rng: np.random.Generator, shape: tuple[int, int], mpp: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     blotch = _smooth_noise(rng, shape, _px(6.0, mpp))
     c_e = 0.22 + 0.07 * blotch + 0.04 * _smooth_noise(rng, shape, 1.0)
     c_n = 0.15 + 0.05 * _smooth_noise(rng, shape, _px(10.0, mpp))
@@ -256,7 +266,9 @@ def _necrosis(rng, shape, mpp):
     return c_h, c_e, c_n
 
 
-def _background(rng, shape, mpp):
+def _background(
+    rng: np.random.Generator, shape: tuple[int, int], mpp: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     haze = _smooth_noise(rng, shape, _px(20.0, mpp))
     c_e = np.full(shape, 0.012, np.float32) + 0.004 * haze
     c_h = np.full(shape, 0.004, np.float32)

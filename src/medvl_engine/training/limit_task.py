@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,7 +137,7 @@ def _projection_to(tower: nn.Module, width: int) -> nn.Linear:
     return merged
 
 
-def _report_filter(spec: str):
+def _report_filter(spec: str) -> Callable[[str], str] | None:
     """``rules`` -> the rule-based filter, ``none`` -> None, ``module:function`` -> that callable.
 
     The callable takes a report and returns the cleaned text, e.g. a local LLM wrapped by
