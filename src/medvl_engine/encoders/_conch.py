@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -11,12 +12,19 @@ from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._preprocess import ImagePreprocess
 from medvl_engine.errors import MissingDependencyError, ModelNotFoundError
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from medvl_engine.encoders._text_tower import TextTower
+
 __all__ = [
+    "CONCH_INSTALL",
     "ConchV1Encoder",
     "ConchV15Encoder",
     "TextTowerUnavailableError",
     "load_conch_v1",
     "load_conch_v15",
+    "require_conch",
 ]
 
 _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -26,6 +34,17 @@ CONCH_INSTALL = "pip install git+https://github.com/mahmoodlab/CONCH"
 
 class TextTowerUnavailableError(ModelNotFoundError):
     """The model has no public text encoder, so it cannot embed prompts."""
+
+
+def require_conch(what: str) -> None:
+    """Raise MissingDependencyError (with the pip line) unless the ``conch`` package imports."""
+    try:
+        import conch.open_clip_custom  # noqa: F401
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"{what} needs the optional CONCH package, which is not installed; run "
+            f"`{CONCH_INSTALL}`."
+        ) from error
 
 
 class ConchV1Encoder(PatchTextEncoder):
@@ -38,10 +57,12 @@ class ConchV1Encoder(PatchTextEncoder):
         *,
         name: str,
         device: str | torch.device = "cpu",
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.tokenize = tokenize
+        self.tokenizer = tokenizer
         self.preprocess = ImagePreprocess(
             shortest_edge=448, crop_size=(448, 448), mean=_OPENAI_MEAN, std=_OPENAI_STD
         )
@@ -57,6 +78,18 @@ class ConchV1Encoder(PatchTextEncoder):
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
         return self.model.encode_text(self.tokenize(texts).to(self.device), normalize=False)
+
+    @property
+    def text_tower(self) -> TextTower:
+        """A trainable copy of the text side, [T, 512] (see :mod:`._conch_text`), for LIMIT."""
+        if self.tokenizer is None:
+            raise TextTowerUnavailableError(
+                f"{self.name} was built without CONCH's tokenizer, so its text side cannot be "
+                "tuned; load it with load_encoder."
+            )
+        from medvl_engine.encoders._conch_text import conch_text_tower
+
+        return conch_text_tower(self.model.text, self.tokenizer)
 
 
 class ConchV15Encoder(PatchTextEncoder):
@@ -98,13 +131,12 @@ def load_conch_v1(
     checkpoint: Path, *, name: str, device: str | torch.device = "cpu"
 ) -> ConchV1Encoder:
     """CONCH v1 from its checkpoint file (``pytorch_model.bin`` of MahmoodLab/CONCH)."""
-    try:
-        from conch.open_clip_custom import create_model_from_pretrained, get_tokenizer, tokenize
-    except ImportError as error:
-        raise MissingDependencyError(
-            f"Loading {name} needs the optional CONCH package, which is not installed; run "
-            f"`{CONCH_INSTALL}`."
-        ) from error
+    require_conch(f"Loading {name}")
+    from conch.open_clip_custom import create_model_from_pretrained, get_tokenizer, tokenize
+
+    from medvl_engine.encoders._conch_text import register_conch_text
+
+    register_conch_text()
     if checkpoint.is_dir():
         checkpoint = checkpoint / "pytorch_model.bin"
     if not checkpoint.is_file():
@@ -116,7 +148,11 @@ def load_conch_v1(
     model, _ = create_model_from_pretrained("conch_ViT-B-16", checkpoint_path=str(checkpoint))
     tokenizer = get_tokenizer()
     return ConchV1Encoder(
-        model, lambda texts: tokenize(texts=texts, tokenizer=tokenizer), name=name, device=device
+        model,
+        lambda texts: tokenize(texts=texts, tokenizer=tokenizer),
+        name=name,
+        device=device,
+        tokenizer=tokenizer,
     )
 
 
@@ -125,6 +161,10 @@ def load_conch_v15(
 ) -> ConchV15Encoder:
     """CONCH v1.5's vision tower from a local MahmoodLab/TITAN snapshot (its ``return_conch()``)."""
     from transformers import AutoModel
+
+    from medvl_engine.encoders._conch_text import register_conch_text
+
+    register_conch_text()  # LIMIT-tuned CONCH text towers paired with v1.5 rebuild through it
 
     try:
         titan = AutoModel.from_pretrained(folder, trust_remote_code=True, local_files_only=True)

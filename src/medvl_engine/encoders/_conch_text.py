@@ -1,0 +1,177 @@
+"""CONCH v1's text tower as a trainable :class:`TextTower` that saves to a text-tower folder.
+
+CONCH's text encoder (a CoCa ``TextTransformer`` from the optional ``conch`` package) is
+wrapped as a transformers model, ``model_type`` "medvl-conch-text", so the generic
+text-tower folder code saves and rebuilds it:
+
+    ids [T, L] -> padded with <pad> to context_length - 1 (CONCH's tokenisation, 127 ids)
+               -> TextTransformer (a <cls> token is appended, its final state is pooled)
+               -> pooled [T, width]                           (pooler_output, 768 for v1)
+    TextTower.projection = CONCH's text_projection as Linear(width, embed_dim, bias=False)
+               -> [T, embed_dim]                              (512 for v1)
+
+so ``tower.encode(texts)`` equals CONCH's ``encode_text(tokenize(texts), normalize=False)``,
+and LIMIT's projection to CONCH v1.5 features (768) composes into this projection.
+The folder's ``text_config`` holds the architecture (context_length, vocab_size, width,
+heads, layers, embed_dim, pad ids); model.safetensors holds the weights; rebuilding needs
+the ``conch`` package but no network. Call :func:`register_conch_text` before
+``AutoConfig.for_model("medvl-conch-text")`` / ``AutoModel.from_config`` see it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, PreTrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from medvl_engine.encoders._text_tower import TextTower
+from medvl_engine.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "CONCH_TEXT_MODEL_TYPE",
+    "ConchTextConfig",
+    "ConchTextModel",
+    "conch_text_tower",
+    "register_conch_text",
+]
+
+CONCH_TEXT_MODEL_TYPE = "medvl-conch-text"
+CONCH_INSTALL = "pip install git+https://github.com/mahmoodlab/CONCH"
+
+
+class ConchTextConfig(PreTrainedConfig):
+    """Architecture of a CONCH text tower (defaults: CONCH v1, ``conch_ViT-B-16``)."""
+
+    model_type = CONCH_TEXT_MODEL_TYPE
+
+    def __init__(
+        self,
+        context_length: int = 128,
+        vocab_size: int = 32007,
+        width: int = 768,
+        heads: int = 12,
+        layers: int = 12,
+        embed_dim: int = 512,
+        model_pad_id: int = 0,
+        pad_token_id: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        self.context_length = context_length
+        self.vocab_size = vocab_size
+        self.width = width
+        self.heads = heads
+        self.layers = layers
+        self.embed_dim = embed_dim
+        self.model_pad_id = model_pad_id
+        self.hidden_size = width  # TextTower.output_dim without a projection
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+
+
+def _text_transformer_class() -> type[nn.Module]:
+    try:
+        from conch.open_clip_custom.transformer import TextTransformer
+    except ImportError as error:
+        raise MissingDependencyError(
+            "The CONCH text tower needs the optional CONCH package, which is not installed; "
+            f"run `{CONCH_INSTALL}`."
+        ) from error
+    return TextTransformer
+
+
+class ConchTextModel(PreTrainedModel):
+    """CONCH's TextTransformer without its output projection: ids [T, L] -> pooled [T, width]."""
+
+    config_class = ConchTextConfig
+    base_model_prefix = "conch_text"
+    _supports_param_buffer_assignment = False
+
+    def __init__(self, config: ConchTextConfig) -> None:
+        super().__init__(config)
+        text_transformer = _text_transformer_class()
+        self.text = text_transformer(
+            context_length=config.context_length,
+            vocab_size=config.vocab_size,
+            width=config.width,
+            heads=config.heads,
+            layers=config.layers,
+            output_dim=config.embed_dim,
+            act_layer=nn.GELU,
+            norm_layer=nn.LayerNorm,
+            embed_cls=True,
+            pad_id=config.model_pad_id,
+            output_tokens=True,
+        )
+        self.text.text_projection = None  # lives in TextTower.projection
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Weights come from CONCH's checkpoint; keep the TextTransformer's own init."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **unused: Any,
+    ) -> BaseModelOutputWithPooling:
+        """ids [T, L] -> last_hidden_state [T, C - 1, width], pooler_output (<cls>) [T, width].
+
+        ``attention_mask`` is not needed: CONCH masks padding by the <pad> id. Ids are padded
+        (or cut) to ``context_length - 1`` positions, as CONCH's own ``tokenize`` does.
+        """
+        length = self.config.context_length - 1
+        ids = input_ids[:, :length]
+        if ids.shape[1] < length:
+            padding = ids.new_full((ids.shape[0], length - ids.shape[1]), self.config.pad_token_id)
+            ids = torch.cat([ids, padding], dim=1)
+        pooled, tokens = self.text(ids)
+        return BaseModelOutputWithPooling(last_hidden_state=tokens, pooler_output=pooled)
+
+
+def register_conch_text() -> None:
+    """Make "medvl-conch-text" known to transformers' AutoConfig / AutoModel (idempotent)."""
+    AutoConfig.register(CONCH_TEXT_MODEL_TYPE, ConchTextConfig, exist_ok=True)
+    AutoModel.register(ConchTextConfig, ConchTextModel, exist_ok=True)
+
+
+def conch_text_tower(
+    text: nn.Module, tokenizer: PreTrainedTokenizerBase, *, max_length: int = 127
+) -> TextTower:
+    """A trainable :class:`TextTower` holding a copy of a loaded CONCH model's ``.text`` module.
+
+    text: CONCH's TextTransformer (``model.text`` of ``create_model_from_pretrained``);
+    tokenizer: CONCH's ``get_tokenizer()``. Output [T, embed_dim] equals CONCH's
+    ``encode_text(..., normalize=False)`` for the same texts.
+    """
+    register_conch_text()
+    if getattr(text, "cls_emb", None) is None or text.text_projection is None:
+        raise ValueError("expected CONCH's CoCa text tower (with <cls> and text_projection)")
+    config = ConchTextConfig(
+        context_length=int(text.context_length),
+        vocab_size=int(text.vocab_size),
+        width=int(text.width),
+        heads=int(text.heads),
+        layers=int(text.transformer.layers),
+        embed_dim=int(text.output_dim),
+        model_pad_id=int(text.pad_id),
+        pad_token_id=int(tokenizer.pad_token_id),
+    )
+    backbone = ConchTextModel(config)
+    weights = {k: v for k, v in text.state_dict().items() if k != "text_projection"}
+    backbone.text.load_state_dict(weights)
+    projection = nn.Linear(config.width, config.embed_dim, bias=False)
+    with torch.no_grad():
+        projection.weight.copy_(text.text_projection.detach().T)
+    tower = TextTower(
+        backbone,
+        tokenizer,
+        pooling="pooler",
+        projection=projection,
+        max_length=min(max_length, config.context_length - 1),
+    )
+    return tower.to(text.text_projection.device)
