@@ -1,12 +1,21 @@
-"""Shared steps of the pathology commands: encoder + feature store for one slide."""
+"""Shared steps of the pathology commands: encoder + feature store for one slide, the heatmap
+output options and writing them, progress lines."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["encoder_and_store"]
+__all__ = [
+    "add_output_arguments",
+    "add_rendering_arguments",
+    "encoder_and_store",
+    "progress_printer",
+    "write_outputs",
+]
 
 
 def encoder_and_store(
@@ -42,11 +51,7 @@ def encoder_and_store(
             if store.mpp is None and slide.mpp is not None:
                 store.mpp = tuple(slide.mpp)
         else:
-
-            def progress(done: int, total: int) -> None:
-                print(f"\rfeatures: {done}/{total} patches", end="", file=sys.stderr, flush=True)
-
-            store = slide_features(slide, encoder, progress=progress)
+            store = slide_features(slide, encoder, progress=progress_printer("features"))
             print(file=sys.stderr)
         if store.n_patches == 0:
             raise DataError(
@@ -59,3 +64,68 @@ def encoder_and_store(
         slide.close()
         raise
     return slide, encoder, store
+
+
+def progress_printer(label: str) -> Callable[[int, int], None]:
+    """A progress callback ``(done, total)`` that rewrites one stderr line "label: done/total"."""
+
+    def show(done: int, total: int) -> None:
+        print(f"\r{label}: {done}/{total} patches", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out`` (repeatable) for the heatmap commands."""
+    parser.add_argument(
+        "--out",
+        action="append",
+        required=True,
+        type=Path,
+        help="output file (.geojson .png .jpg .tiff .npz .csv); repeat for several",
+    )
+
+
+def add_rendering_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a heatmap is written: top patches, GeoJSON style, PNG/JPEG size, level, colormap."""
+    parser.add_argument("--top", type=int, default=0, help="also export the N best patches")
+    parser.add_argument("--geojson-style", choices=("tiles", "contours"), default="tiles")
+    parser.add_argument(
+        "--levels",
+        nargs="+",
+        type=float,
+        default=None,
+        help="iso-contour levels for --geojson-style contours",
+    )
+    parser.add_argument("--max-size", type=int, default=2048, help="longest side of a PNG/JPEG")
+    parser.add_argument("--level", type=int, default=None, help="PNG/JPEG at this pyramid level")
+    parser.add_argument("--colormap", choices=("jet", "coolwarm", "gray"), default="jet")
+
+
+def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: Any) -> None:
+    """Write ``heatmap`` to every ``--out`` file (plus ``--top`` boxes) and print each path.
+
+    ``layout`` is the feature store or saved patch layout the heatmap's patches come from
+    (coords (x, y), level-0 px); ``slide`` is the open slide or None (no PNG/JPEG backdrop).
+    """
+    from medvl_engine.export import export_heatmap
+    from medvl_engine.heatmap import top_patches
+
+    boxes = box_scores = None
+    if args.top > 0:
+        boxes, box_scores = top_patches(layout, heatmap.scores, args.top)
+    for out in args.out:
+        export_heatmap(
+            out,
+            heatmap,
+            layout,
+            slide=slide,
+            boxes=boxes,
+            box_scores=box_scores,
+            geojson_style=args.geojson_style,
+            contour_levels=args.levels,
+            max_size=args.max_size,
+            level=args.level,
+            colormap=args.colormap,
+        )
+        print(out)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 HELP = "extract patch features of slides into zarr stores (resumable, shardable)"
@@ -62,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return _import_h5(args)
     if not args.slides:
         raise ConfigError("No slides given; name slide files, or use --from-h5 to import.")
+    from medvl_engine.cli._pathology import progress_printer
     from medvl_engine.encoders import load_encoder
     from medvl_engine.features import slide_features
     from medvl_engine.io.slide import open_slide
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                     target_mpp=args.mpp,
                     min_tissue=args.min_tissue,
                     batch_size=args.batch_size,
-                    progress=_progress_printer(f"[{number}/{len(mine)}] {Path(slide_path).name}"),
+                    progress=progress_printer(f"[{number}/{len(mine)}] {Path(slide_path).name}"),
                 )
         except MedVLError as error:
             print(f"\nmedvl: error: {error}", file=sys.stderr)
@@ -100,10 +100,3 @@ def _import_h5(args: argparse.Namespace) -> int:
         store = import_h5_features(h5_path, out_path, encoder=args.encoder)
         print(f"{out_path}: {store.n_patches} patches x {store.embed_dim} (imported)")
     return 0
-
-
-def _progress_printer(label: str) -> Callable[[int, int], None]:
-    def show(done: int, total: int) -> None:
-        print(f"\r{label}: {done}/{total} patches", end="", file=sys.stderr, flush=True)
-
-    return show

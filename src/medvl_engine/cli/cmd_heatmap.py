@@ -5,6 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from medvl_engine.cli._pathology import (
+    add_output_arguments,
+    add_rendering_arguments,
+    encoder_and_store,
+    write_outputs,
+)
+
 HELP = "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV)"
 
 
@@ -18,13 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", default="medvl-demo", help="registry name, folder or HF id")
     parser.add_argument("--features", type=Path, default=None, help="existing feature store")
-    parser.add_argument(
-        "--out",
-        action="append",
-        required=True,
-        type=Path,
-        help="output file (.geojson .png .jpg .tiff .npz .csv); repeat for several",
-    )
+    add_output_arguments(parser)
     parser.add_argument("--mode", choices=("cosine", "softmax", "contrast"), default="cosine")
     parser.add_argument(
         "--normalize", choices=("none", "percentile", "minmax", "fixed"), default="none"
@@ -39,26 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--temperature", type=float, default=0.01, help="softmax temperature")
     parser.add_argument("--smooth", type=float, default=0.0, help="Gaussian sigma in cells")
-    parser.add_argument("--top", type=int, default=0, help="also export the N best patches")
-    parser.add_argument("--geojson-style", choices=("tiles", "contours"), default="tiles")
-    parser.add_argument(
-        "--levels",
-        nargs="+",
-        type=float,
-        default=None,
-        help="iso-contour levels for --geojson-style contours",
-    )
-    parser.add_argument("--max-size", type=int, default=2048, help="longest side of a PNG/JPEG")
-    parser.add_argument("--level", type=int, default=None, help="PNG/JPEG at this pyramid level")
-    parser.add_argument("--colormap", choices=("jet", "coolwarm", "gray"), default="jet")
+    add_rendering_arguments(parser)
     parser.add_argument("--device", default="cpu")
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine.cli._pathology import encoder_and_store
     from medvl_engine.errors import ConfigError
-    from medvl_engine.export import EXPORT_SUFFIXES, export_heatmap
-    from medvl_engine.heatmap import similarity_map, top_patches
+    from medvl_engine.export import EXPORT_SUFFIXES
+    from medvl_engine.heatmap import similarity_map
 
     for out in args.out:
         if out.suffix.lower() not in EXPORT_SUFFIXES:
@@ -86,22 +75,5 @@ def run(args: argparse.Namespace) -> int:
             smooth_sigma=args.smooth,
             prompt=label,
         )
-        boxes = box_scores = None
-        if args.top > 0:
-            boxes, box_scores = top_patches(store, heatmap.scores, args.top)
-        for out in args.out:
-            export_heatmap(
-                out,
-                heatmap,
-                store,
-                slide=slide,
-                boxes=boxes,
-                box_scores=box_scores,
-                geojson_style=args.geojson_style,
-                contour_levels=args.levels,
-                max_size=args.max_size,
-                level=args.level,
-                colormap=args.colormap,
-            )
-            print(out)
+        write_outputs(args, heatmap, store, slide)
     return 0
