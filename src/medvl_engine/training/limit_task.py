@@ -81,29 +81,58 @@ CONFIG_CLASS = LimitTaskConfig
 _TOWER_FOLDER_TYPES = ("medvl-text-tower", "medvl-demo")
 
 
+def _is_conch_checkpoint(path: Path) -> bool:
+    """A CONCH v1 checkpoint: a ``.bin``/``.pt`` file, or a folder with one and no config.json."""
+    if path.is_file():
+        return path.suffix in (".bin", ".pt", ".pth")
+    return (path / "pytorch_model.bin").is_file() and not (path / "config.json").is_file()
+
+
+def _folder_model_type(folder: Path) -> str | None:
+    """The folder's model_type; a CONCH text tower inside is made loadable (needs ``conch``)."""
+    from medvl_engine.encoders._conch import require_conch
+
+    config = json.loads((folder / "config.json").read_text())
+    if (config.get("text_config") or {}).get("model_type") == "medvl-conch-text":
+        from medvl_engine.encoders._conch_text import register_conch_text
+
+        require_conch(f"The CONCH text tower in {folder}")
+        register_conch_text()
+    return config.get("model_type")
+
+
 def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> nn.Module:
     """A trainable :class:`medvl_engine.encoders.TextTower` from a name or a folder.
 
-    spec: a registry name whose encoder has a text tower (``medvl-demo``), a
-    "medvl-text-tower"/"medvl-demo" folder, or a transformers text model folder (BERT-like
-    or CLIP; ``pooling`` applies to those).
+    spec: a registry name whose encoder has a text tower (``medvl-demo``, ``conch-v1``), a
+    CONCH v1 checkpoint (``pytorch_model.bin`` or its folder), a "medvl-text-tower" /
+    "medvl-demo" folder (e.g. a previous LIMIT run, CONCH-based ones included), or a
+    transformers text model folder (BERT-like or CLIP; ``pooling`` applies to those).
+    CONCH towers need the ``conch`` package and say so at once when it is missing.
     """
     from medvl_engine.encoders import TextTower, available_encoders, load_encoder
+    from medvl_engine.encoders._conch import require_conch
 
     folder = Path(spec).expanduser()
-    if spec in {entry.name for entry in available_encoders()}:
+    registry = {entry.name: entry for entry in available_encoders()}
+    if spec in registry:
+        if registry[spec].model_type == "conch-v1":
+            require_conch(f"task.text_model={spec}")
         tower = getattr(load_encoder(spec), "text_tower", None)
         if tower is None:
             raise ConfigError(
                 f"encoder {spec!r} has no trainable text tower in medvl; give a text model folder."
             )
         return tower.train()
+    if folder.exists() and _is_conch_checkpoint(folder):
+        require_conch(f"task.text_model={spec} (a CONCH checkpoint)")
+        return load_encoder(folder, model_type="conch-v1").text_tower.train()
     if not (folder / "config.json").is_file():
         raise ConfigError(
             f"text model {spec!r} is neither a registered encoder nor a folder with config.json; "
-            "set task.text_model to medvl-demo or a model folder."
+            "set task.text_model to medvl-demo, conch-v1 or a model folder."
         )
-    model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    model_type = _folder_model_type(folder)
     if model_type in _TOWER_FOLDER_TYPES:
         return load_limit_model(folder).text_tower.train()
     from transformers import AutoModel, AutoTokenizer, CLIPTextModel
@@ -423,6 +452,7 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
         return {}
     torch.manual_seed(task.seed)
     untuned = task.build_model().eval()
+    _folder_model_type(folder)
     tuned = load_limit_model(folder).eval()
     tuned.tau_attn = task.config.tau_attn
     results: dict[str, Any] = {"tuned_model": str(folder)}

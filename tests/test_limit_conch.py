@@ -1,0 +1,139 @@
+"""LIMIT with CONCH's text tower (the Conch-Z recipe) on a stand-in `conch` package."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from _conch_helpers import (
+    EMBED_DIM,
+    V15_DIM,
+    install_fake_conch,
+    install_fake_titan,
+    write_conch_checkpoint,
+)
+from _limit_helpers import write_feature_store
+from medvl_engine.errors import MissingDependencyError
+from medvl_engine.training import RunConfig, train
+from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig, load_text_tower
+
+REPORTS = {
+    "tumor": "Sections show invasive carcinoma.",
+    "fat": "Adipose tissue is present. No tumor.",
+    "stroma": "Fibrous stroma with lymphocytes is seen.",
+}
+PROMPTS = ["invasive carcinoma", "adipose tissue"]
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    """Nine slides of CONCH v1.5-wide (768) features in three report classes, two organs."""
+    root = tmp_path_factory.mktemp("conchz")
+    rng = np.random.default_rng(0)
+    centres = {name: rng.normal(size=V15_DIM) for name in REPORTS}
+    rows = []
+    for index in range(9):
+        label = list(REPORTS)[index % 3]
+        features = centres[label] + 0.3 * rng.normal(size=(int(rng.integers(4, 12)), V15_DIM))
+        write_feature_store(root / f"s{index}.zarr", features, slide=f"s{index}")
+        rows.append(
+            {
+                "slide_id": f"s{index}",
+                "organ": "lung" if index % 2 else "breast",
+                "report": REPORTS[label],
+                "features": f"s{index}.zarr",
+                "split": "test" if index >= 7 else "train",
+                "label": label,
+            }
+        )
+    (root / "manifest.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    write_conch_checkpoint(root / "CONCH")
+    return root
+
+
+def _task(root, tmp_path, monkeypatch, **overrides) -> tuple[LimitTask, RunConfig]:
+    install_fake_conch(monkeypatch)
+    titan = install_fake_titan(monkeypatch, tmp_path / "TITAN")
+    values = dict(
+        manifest=str(root / "manifest.jsonl"),
+        text_model=str(root / "CONCH"),
+        vision_encoder=str(titan),
+        num_negatives=2,
+        val_fraction=0.0,
+        eval_bootstrap=0,
+    )
+    values.update(overrides)
+    run = RunConfig(lr=1e-3, epochs=1, max_steps=1, out_dir=str(tmp_path / "run"), progress=False)
+    return LimitTask(LimitTaskConfig(**values), run), run
+
+
+def test_conch_text_model_without_the_package_fails_at_once(cohort, monkeypatch):
+    monkeypatch.setitem(sys.modules, "conch", None)
+    for spec in ("conch-v1", str(cohort / "CONCH"), str(cohort / "CONCH" / "pytorch_model.bin")):
+        with pytest.raises(MissingDependencyError, match="pip install git\\+https://github.com/"):
+            load_text_tower(spec)
+
+
+def test_registry_name_conch_v1_gives_its_text_tower(cohort, monkeypatch):
+    import medvl_engine.encoders._hub as hub
+
+    install_fake_conch(monkeypatch)
+    monkeypatch.setattr(hub, "resolve_model_dir", lambda source, *args: cohort / "CONCH")
+    tower = load_text_tower("conch-v1")
+    assert tower.training and tower.output_dim == EMBED_DIM
+    assert all(p.requires_grad for p in tower.parameters())
+    assert tower.encode(PROMPTS).shape == (2, EMBED_DIM)
+
+
+def test_one_step_updates_only_the_text_side_and_the_folder_loads_back(
+    cohort, tmp_path, monkeypatch
+):
+    from medvl_engine.encoders import load_encoder
+    from medvl_engine.models.limit import load_limit_model
+
+    task, _ = _task(cohort, tmp_path, monkeypatch)
+    model = task.build_model()
+    tower = model.text_tower
+    # CONCH's 512-d projection composed with the new map to 768: one Linear(width, 768)
+    assert (tower.projection.in_features, tower.projection.out_features) == (32, V15_DIM)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-3)
+    batch = next(iter(task.train_batches(0, 0, 1)))
+    assert batch["features"].shape[0] == 3 and batch["features"].shape[2] == V15_DIM
+    loss = task.compute_losses(model, batch)["loss"]
+    loss.backward()
+    optimizer.step()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(name.startswith("text_tower.") for name in changed)
+    assert "text_tower.projection.weight" in changed
+    assert any(".transformer.resblocks." in name for name in changed)  # full fine-tuning
+
+    task.save_pretrained(model, tmp_path / "tuned")
+    config = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert config["text_config"]["model_type"] == "medvl-conch-text"
+    assert config["vision_encoder"] == str(tmp_path / "TITAN")
+    model.eval()
+    with torch.no_grad():
+        expected = model.encode_texts(PROMPTS)
+        reloaded = load_text_tower(str(tmp_path / "tuned")).eval()
+        assert torch.allclose(torch.nn.functional.normalize(reloaded.encode(PROMPTS)), expected)
+        assert torch.allclose(load_limit_model(tmp_path / "tuned").encode_texts(PROMPTS), expected)
+    paired = load_encoder(tmp_path / "tuned")
+    assert torch.allclose(paired.encode_text(PROMPTS), expected, atol=1e-6)
+    rng = np.random.default_rng(0)
+    patches = rng.integers(0, 256, size=(2, 64, 64, 3), dtype=np.uint8)
+    assert paired.encode_patches(patches).shape == (2, V15_DIM)
+
+
+def test_shared_training_loop_runs_the_conchz_recipe(cohort, tmp_path, monkeypatch):
+    task, run = _task(cohort, tmp_path, monkeypatch)
+    summary = train(task, run)
+    assert summary["steps"] == 1 and np.isfinite(summary["losses"]).all()
+    final = tmp_path / "run" / "final"
+    tower = load_text_tower(str(final))
+    assert tower.output_dim == V15_DIM and tower.encode(PROMPTS).shape == (2, V15_DIM)
