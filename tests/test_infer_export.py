@@ -120,15 +120,17 @@ def test_heatmap_tiff_reads_back_with_open_slide(tmp_path):
     heatmap = _heatmap(store)
     path = export_heatmap(tmp_path / "heat.tiff", heatmap, store)
     with open_slide(path) as slide:
-        # 100 px cells at 0.5 um: 50 um per cell, ceil(50 / 8) = 7 px per cell
-        assert slide.mpp == pytest.approx((50 / 7, 50 / 7), rel=1e-4)
-        assert slide.dimensions == (8 * 7, 5 * 7)
+        # about 8 um per pixel at 0.5 um/px is 16 level-0 px; the largest divisor of the
+        # 100 px cell (and of the grid origin) not above it is 10: the TIFF is the 800 x 500
+        # slide at downsample 10, 5 um per pixel
+        assert slide.mpp == pytest.approx((5.0, 5.0), rel=1e-6)
+        assert slide.dimensions == (80, 50)
         pixels = slide.read_region((0, 0), 0, slide.dimensions)
     first_row, first_col = 1, 2  # origin (200, 100) level-0 px over 100 px cells
     expected = apply_colormap(np.array([heatmap.grid[0, 0]]))[0]
-    np.testing.assert_array_equal(pixels[first_row * 7 + 3, first_col * 7 + 3], expected)
-    assert (pixels[3, 3] == 255).all()  # outside the grid: white
-    assert (pixels[(first_row + 1) * 7 + 3, (first_col + 1) * 7 + 3] == 255).all()  # NaN cell
+    np.testing.assert_array_equal(pixels[first_row * 10 + 5, first_col * 10 + 5], expected)
+    assert (pixels[3, 3] == 255).all()  # outside the grid: transparent, read over white
+    assert (pixels[(first_row + 1) * 10 + 5, (first_col + 1) * 10 + 5] == 255).all()  # NaN
 
 
 def test_npz_and_csv_read_back(tmp_path):

@@ -1,4 +1,14 @@
-"""The heatmap alone as a tiled pyramidal RGB TIFF that open_slide (and QuPath) read back."""
+"""The heatmap as a tiled pyramidal TIFF that lies exactly over its slide.
+
+The TIFF covers the slide's whole level-0 extent at an integer downsample d: pixel (x, y) of
+the full-resolution page covers level-0 px [x * d, (x + 1) * d) x [y * d, (y + 1) * d), so
+its top-left corner is level-0 (x * d, y * d) and the page is ceil(W / d) x ceil(H / d) for a
+W x H slide. Its resolution tags say slide mpp * d, and the ImageDescription (JSON) repeats
+the downsample and origin, so QuPath or any viewer overlays it on the slide without a manual
+offset. A pixel takes the value of the heatmap cell holding its centre; pixels with no cell
+(no tissue, outside the patch grid) are transparent (RGBA, alpha 0) or NaN (float32 scores).
+Coarser pyramid levels (SubIFDs) are sampled the same way at downsample d * 2^l.
+"""
 
 from __future__ import annotations
 
@@ -11,39 +21,54 @@ import numpy as np
 
 from medvl_engine._atomic import atomic_write
 from medvl_engine._colormap import apply_colormap
+from medvl_engine.errors import CorruptFileError, ExportError
 
-__all__ = ["heatmap_rgb_on_slide", "write_heatmap_tiff"]
+__all__ = [
+    "TIFF_VALUES",
+    "heatmap_on_slide",
+    "heatmap_tiff_downsample",
+    "read_heatmap_tiff_description",
+    "write_heatmap_tiff",
+]
+
+TIFF_VALUES = ("rgba", "scores")
+"""rgba: colour-mapped uint8 [H, W, 4] for viewing; scores: float32 [H, W] for analysis."""
 
 _TILE = 256
 _TARGET_UM_PER_PX = 8.0
+_MAX_PIXELS = 1 << 29
 
 
-def heatmap_rgb_on_slide(
-    heatmap: Any,
-    slide_dimensions: tuple[int, int] | None,
-    px_per_cell: int,
-    colormap: str = "jet",
-) -> np.ndarray:
-    """Coloured heatmap uint8 [H, W, 3] aligned with the slide's top-left, white where NaN.
+def heatmap_tiff_downsample(heatmap: Any, mpp: tuple[float, float] | None = None) -> int:
+    """Level-0 px per TIFF pixel: about 8 um per pixel (1/8 cell without an mpp).
 
-    Output pixel (r, c) covers level-0 px x in [c * cell / k, (c + 1) * cell / k) with k =
-    ``px_per_cell``; the image spans the whole slide when its dimensions are known.
+    Prefers the largest divisor of gcd(cell, origin_x, origin_y) not above that target, so
+    every cell edge falls on a pixel edge; when such a divisor is under half the target it
+    takes the target itself (cell edges then land within d level-0 px of their place).
+    """
+    cell = int(heatmap.cell_size_level0)
+    origin_x, origin_y = (int(v) for v in heatmap.origin_level0)
+    target = _TARGET_UM_PER_PX / float(mpp[0]) if mpp else cell / 8
+    target = max(1.0, target)
+    exact = max(d for d in _divisors(math.gcd(cell, origin_x, origin_y)) if d <= target)
+    return exact if 2 * exact >= target else int(target)
+
+
+def heatmap_on_slide(heatmap: Any, extent: tuple[int, int] | None, downsample: int) -> np.ndarray:
+    """Heatmap values float32 [ceil(H / d), ceil(W / d)] over the slide, NaN where no cell.
+
+    ``extent`` is the slide's level-0 (width, height); None covers (0, 0) to the grid's
+    far corner. Pixel (x, y) holds the cell containing level-0 ((x + 0.5) d, (y + 0.5) d).
     """
     grid = np.asarray(heatmap.grid, np.float32)
-    cell = heatmap.cell_size_level0
-    col0, row0 = (int(math.floor(v / cell)) for v in heatmap.origin_level0)
-    if slide_dimensions is not None:
-        cols = max(math.ceil(slide_dimensions[0] / cell), col0 + grid.shape[1])
-        rows = max(math.ceil(slide_dimensions[1] / cell), row0 + grid.shape[0])
-    else:
-        cols, rows = col0 + grid.shape[1], row0 + grid.shape[0]
-    canvas = np.full((rows, cols), np.nan, dtype=np.float32)
-    canvas[row0 : row0 + grid.shape[0], col0 : col0 + grid.shape[1]] = grid
-    low, high = heatmap.value_range
-    span = high - low if high > low else 1.0
-    rgb = apply_colormap((canvas - low) / span, colormap)
-    rgb[~np.isfinite(canvas)] = 255
-    return np.repeat(np.repeat(rgb, px_per_cell, axis=0), px_per_cell, axis=1)
+    cell = int(heatmap.cell_size_level0)
+    origin_x, origin_y = (int(v) for v in heatmap.origin_level0)
+    extent = _extent(heatmap, extent)
+    width, height = -(-int(extent[0]) // downsample), -(-int(extent[1]) // downsample)
+    cols = _cell_of_pixel(width, downsample, origin_x, cell, grid.shape[1])
+    rows = _cell_of_pixel(height, downsample, origin_y, cell, grid.shape[0])
+    padded = np.pad(grid, ((0, 1), (0, 1)), constant_values=np.nan)  # index -1: no cell
+    return padded[np.ix_(rows, cols)]
 
 
 def write_heatmap_tiff(
@@ -52,42 +77,58 @@ def write_heatmap_tiff(
     *,
     slide_dimensions: tuple[int, int] | None = None,
     mpp: tuple[float, float] | None = None,
-    px_per_cell: int | None = None,
+    downsample: int | None = None,
+    values: str = "rgba",
     colormap: str = "jet",
 ) -> Path:
-    """Write the coloured heatmap as a tiled, deflate-compressed pyramidal TIFF, atomically.
+    """Write the heatmap as a tiled, deflate-compressed pyramidal TIFF aligned with the slide.
 
-    With the slide's ``mpp`` (x, y) um/px the file records its own resolution, mpp * cell / k,
-    so it overlays the slide in any viewer that honours physical size. ``px_per_cell`` k
-    defaults to the value giving about 8 um per pixel (8 without an mpp).
+    ``slide_dimensions`` (width, height) level-0 px and ``mpp`` (x, y) um per level-0 px are
+    the slide's; ``downsample`` d (level-0 px per TIFF pixel, integer) defaults to
+    :func:`heatmap_tiff_downsample`. ``values`` "rgba" writes uint8 [H, W, 4] colour-mapped
+    over the heatmap's value range, alpha 0 where no cell; "scores" writes the float32 values,
+    NaN where no cell. The file's mpp is mpp * d. Written atomically.
     """
     import tifffile
 
-    cell = heatmap.cell_size_level0
-    if px_per_cell is None:
-        px_per_cell = max(1, math.ceil(cell * mpp[0] / _TARGET_UM_PER_PX)) if mpp else 8
-    image = heatmap_rgb_on_slide(heatmap, slide_dimensions, px_per_cell, colormap)
-    levels = [image]
-    while min(levels[-1].shape[:2]) >= 2 * _TILE:
-        levels.append(_halve(levels[-1]))
-    description = json.dumps(
-        {
-            "medvl": "heatmap",
-            "prompt": heatmap.prompt,
-            "value_range": [float(v) for v in heatmap.value_range],
-            "colormap": colormap,
-            "level0_px_per_pixel": cell / px_per_cell,
-        }
-    )
+    path = Path(path)
+    if values not in TIFF_VALUES:
+        raise ExportError(
+            f"Cannot write {path.name}: TIFF values '{values}' are unknown; use "
+            f"{' or '.join(TIFF_VALUES)}.",
+            path,
+        )
+    if downsample is None:
+        downsample = heatmap_tiff_downsample(heatmap, mpp)
+    if int(downsample) != downsample or downsample < 1:
+        raise ExportError(
+            f"Cannot write {path.name}: the TIFF downsample must be a whole number of level-0 "
+            f"pixels >= 1, got {downsample}.",
+            path,
+        )
+    downsample = int(downsample)
+    extent = _extent(heatmap, slide_dimensions)
+    width, height = -(-extent[0] // downsample), -(-extent[1] // downsample)
+    if width * height > _MAX_PIXELS:
+        raise ExportError(
+            f"Cannot write {path.name}: {width} x {height} pixels at downsample {downsample} "
+            "is too large; choose a larger downsample.",
+            path,
+        )
+    scores = heatmap_on_slide(heatmap, extent, downsample)
+    levels = [(scores, downsample)]
+    while min(levels[-1][0].shape) >= 2 * _TILE:
+        coarser = levels[-1][1] * 2
+        levels.append((heatmap_on_slide(heatmap, extent, coarser), coarser))
+    description = _description(heatmap, slide_dimensions, mpp, downsample, values, colormap)
+    level0_bytes = scores.size * (4 if values == "rgba" else scores.itemsize)
 
     def write(temporary: Path) -> None:
-        with tifffile.TiffWriter(temporary) as tif:
-            for index, level in enumerate(levels):
+        with tifffile.TiffWriter(temporary, bigtiff=level0_bytes * 2 > 2**31) as tif:
+            for index, (level, level_downsample) in enumerate(levels):
                 extra: dict[str, Any] = {}
                 if mpp is not None:
-                    scale = image.shape[1] / level.shape[1]
-                    um_x = mpp[0] * cell / px_per_cell * scale
-                    um_y = mpp[1] * cell / px_per_cell * scale
+                    um_x, um_y = mpp[0] * level_downsample, mpp[1] * level_downsample
                     extra["resolution"] = (1e4 / um_x, 1e4 / um_y)
                     extra["resolutionunit"] = "CENTIMETER"
                 if index == 0:
@@ -95,21 +136,100 @@ def write_heatmap_tiff(
                     extra["description"] = description
                 else:
                     extra["subfiletype"] = 1
-                tif.write(
-                    level,
-                    tile=(_TILE, _TILE),
-                    photometric="rgb",
-                    compression="zlib",
-                    metadata=None,
-                    **extra,
-                )
+                if values == "rgba":
+                    pixels = _rgba(level, heatmap.value_range, colormap)
+                    extra.update(photometric="rgb", extrasamples="unassalpha")
+                else:
+                    pixels = level
+                    extra["photometric"] = "minisblack"
+                tif.write(pixels, tile=(_TILE, _TILE), compression="zlib", metadata=None, **extra)
 
-    return atomic_write(path, write)
+    return atomic_write(path, write, what="heatmap TIFF")
 
 
-def _halve(image: np.ndarray) -> np.ndarray:
-    """2 x 2 mean downsample of uint8 [H, W, 3] (an odd last row/column is dropped)."""
-    h, w = image.shape[0] // 2 * 2, image.shape[1] // 2 * 2
-    total = image[:h:2, :w:2].astype(np.uint16) + image[1:h:2, :w:2] + image[:h:2, 1:w:2]
-    total += image[1:h:2, 1:w:2]
-    return ((total + 2) // 4).astype(np.uint8)
+def read_heatmap_tiff_description(path: str | Path) -> dict:
+    """The JSON ImageDescription of a heatmap TIFF written by :func:`write_heatmap_tiff`."""
+    import tifffile
+
+    path = Path(path)
+    try:
+        with tifffile.TiffFile(path) as tif:
+            text = tif.pages[0].description
+        description = json.loads(text)
+        if description.get("medvl") != "heatmap":
+            raise ValueError("no medvl heatmap description")
+    except FileNotFoundError as error:
+        raise ExportError(f"Heatmap TIFF {path} does not exist; check the path.", path) from error
+    except (OSError, ValueError, AttributeError, tifffile.TiffFileError) as error:
+        raise CorruptFileError(
+            f"{path.name} is not a heatmap TIFF written by medvl ({error}); write it again "
+            "with `medvl heatmap --out FILE.tiff`.",
+            path,
+        ) from error
+    return description
+
+
+def _description(
+    heatmap: Any,
+    slide_dimensions: tuple[int, int] | None,
+    mpp: tuple[float, float] | None,
+    downsample: int,
+    values: str,
+    colormap: str,
+) -> str:
+    return json.dumps(
+        {
+            "medvl": "heatmap",
+            "values": values,
+            "prompt": heatmap.prompt,
+            "mode": getattr(heatmap, "mode", None),
+            "normalize": getattr(heatmap, "normalize", None),
+            "value_range": [float(v) for v in heatmap.value_range],
+            "colormap": colormap if values == "rgba" else None,
+            "downsample": downsample,
+            "origin_level0": [0, 0],
+            "pixel_to_level0": f"(x, y) -> ({downsample} * x, {downsample} * y)",
+            "slide_dimensions": list(slide_dimensions) if slide_dimensions else None,
+            "slide_mpp": [float(v) for v in mpp] if mpp else None,
+            "mpp": [float(v) * downsample for v in mpp] if mpp else None,
+            "grid_origin_level0": [int(v) for v in heatmap.origin_level0],
+            "cell_size_level0": int(heatmap.cell_size_level0),
+        }
+    )
+
+
+def _extent(heatmap: Any, slide_dimensions: tuple[int, int] | None) -> tuple[int, int]:
+    """Level-0 (width, height) the TIFF covers: the slide's, else up to the grid's far corner."""
+    if slide_dimensions is not None:
+        return int(slide_dimensions[0]), int(slide_dimensions[1])
+    rows, cols = np.shape(heatmap.grid)
+    cell = int(heatmap.cell_size_level0)
+    return int(heatmap.origin_level0[0]) + cols * cell, int(heatmap.origin_level0[1]) + rows * cell
+
+
+def _rgba(scores: np.ndarray, value_range: tuple[float, float], colormap: str) -> np.ndarray:
+    """float32 [H, W] -> uint8 [H, W, 4]: colour over ``value_range``; NaN -> white, alpha 0."""
+    low, high = (float(v) for v in value_range)
+    span = high - low if high > low else 1.0
+    rgba = np.empty((*scores.shape, 4), np.uint8)
+    rgba[..., :3] = apply_colormap((scores - low) / span, colormap)
+    finite = np.isfinite(scores)
+    rgba[..., :3][~finite] = 255
+    rgba[..., 3] = np.where(finite, 255, 0)
+    return rgba
+
+
+def _cell_of_pixel(n_pixels: int, downsample: int, origin: int, cell: int, n_cells: int):
+    """Grid index int64 [n_pixels] of the cell holding each pixel centre; -1 where none.
+
+    Centres are compared at twice their value so the arithmetic stays in integers.
+    """
+    doubled_centres = (2 * np.arange(n_pixels, dtype=np.int64) + 1) * downsample
+    index = (doubled_centres - 2 * origin) // (2 * cell)
+    index[(index < 0) | (index >= n_cells)] = -1
+    return index
+
+
+def _divisors(number: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(number) + 1) if number % d == 0]
+    return small + [number // d for d in small]

@@ -21,7 +21,13 @@ from medvl_engine._export_geojson import (
 )
 from medvl_engine._export_image import composite_image, write_image
 from medvl_engine._export_tables import write_boxes_csv, write_npz, write_patches_csv
-from medvl_engine._export_tiff import write_heatmap_tiff
+from medvl_engine._export_tiff import (
+    TIFF_VALUES,
+    heatmap_on_slide,
+    heatmap_tiff_downsample,
+    read_heatmap_tiff_description,
+    write_heatmap_tiff,
+)
 from medvl_engine.errors import CorruptFileError, ExportError
 from medvl_engine.features import FeatureStore
 from medvl_engine.heatmap import Heatmap
@@ -29,12 +35,16 @@ from medvl_engine.heatmap import Heatmap
 __all__ = [
     "EXPORT_SUFFIXES",
     "PatchLayout",
+    "TIFF_VALUES",
     "boxes_geojson",
     "composite_image",
     "export_heatmap",
     "heatmap_contours_geojson",
+    "heatmap_on_slide",
     "heatmap_tiles_geojson",
+    "heatmap_tiff_downsample",
     "load_heatmap_npz",
+    "read_heatmap_tiff_description",
     "write_boxes_csv",
     "write_geojson",
     "write_heatmap_tiff",
@@ -111,13 +121,17 @@ def export_heatmap(
     level: int | None = None,
     alpha: float = 0.5,
     colormap: str = "jet",
+    tiff_values: str = "rgba",
+    tiff_downsample: int | None = None,
 ) -> Path:
     """Write ``heatmap`` (and optional ``boxes`` [N, 4] level-0 px) to ``path`` by its suffix.
 
     .geojson/.json: tiles (one square per patch) or iso-contours (``geojson_style``), plus
     boxes; .png/.jpg: composite over ``slide`` (needed) at pyramid ``level`` or fitting
-    ``max_size``, with legend; .tif/.tiff: the coloured
-    heatmap as a pyramidal TIFF with the slide's mpp; .npz: scores, coords and transform;
+    ``max_size``, with legend; .tif/.tiff: a pyramidal TIFF over the slide's whole level-0
+    extent, pixel (x, y) at level-0 (x * d, y * d) with d = ``tiff_downsample`` (default
+    about 8 um per pixel) and mpp = slide mpp * d, holding RGBA colours (alpha 0 where no
+    tissue) or float32 scores (``tiff_values``); .npz: scores, coords and transform;
     .csv: one row per patch, or per box when ``boxes`` are given.
     """
     path = Path(path)
@@ -168,11 +182,17 @@ def export_heatmap(
         )
         return write_image(path, rgb)
     if suffix in (".tif", ".tiff"):
+        dimensions, mpp = store.slide_dimensions, store.mpp
+        if slide is not None:
+            dimensions = dimensions or tuple(slide.dimensions)
+            mpp = mpp or slide.mpp
         return write_heatmap_tiff(
             path,
             heatmap,
-            slide_dimensions=store.slide_dimensions,
-            mpp=store.mpp,
+            slide_dimensions=dimensions,
+            mpp=mpp,
+            downsample=tiff_downsample,
+            values=tiff_values,
             colormap=colormap,
         )
     if suffix == ".npz":
