@@ -7,33 +7,14 @@ from pathlib import Path
 
 import pytest
 
-TINY_TOPK = dict(
-    vision_pretrained=None,
-    vision_depths=[1, 1, 1, 1],
-    vision_hidden_sizes=[8, 16, 32, 64],
-    image_size=256,
-    grid=8,
-    low_res_factor=2,
-    k=3,
-    tau_anneal_steps=10,
-    text_pretrained=None,
-    text_config={
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "max_position_embeddings": 77,
-    },
-    context_length=96,
-    embed_dim=16,
-)
-
 
 def tiny_topk_folder(tmp_path: Path) -> Path:
-    """A randomly initialised TopKSigLIP saved as a model folder (the real loading path)."""
-    from medvl_engine.models.topksiglip import TopKSigLIPConfig, build_topksiglip, save_topksiglip
+    """A randomly initialised TopKSigLIP (one text layer) saved as a model folder (the real
+    loading path)."""
+    from _topk_helpers import TINY_TEXT, tiny_model
+    from medvl_engine.models.topksiglip import save_topksiglip
 
-    model = build_topksiglip(TopKSigLIPConfig(**TINY_TOPK), work_dir=tmp_path / "tokenizer")
+    model = tiny_model(tmp_path, text_config={**TINY_TEXT, "num_hidden_layers": 1})
     return save_topksiglip(model, tmp_path / "tiny-topk")
 
 
