@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -43,6 +43,8 @@ __all__ = [
 
 ProgressCallback = Callable[[int, int], None]
 _MAX_BOX_OVERREAD = 2.5  # read a batch's bounding box at once if it is at most this x its patches
+_READ_BLOCK_PATCHES = 256
+_READ_BLOCK_BYTES = 64 * 2**20
 
 
 class PatchGridLike(Protocol):
@@ -130,17 +132,19 @@ def extract_features(
     batch_size: int = 64,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | Callable[[], bool] | None = None,
-    num_workers: int = 2,
+    num_workers: int = 1,
     prefetch: int = 4,
 ) -> FeatureStore:
     """Encode every patch of ``grid`` into a zarr store at ``out_path`` and return it loaded.
 
     Patches (``grid.read_size`` px at ``grid.level``, resized to ``grid.patch_size`` when they
-    differ) are read and decoded by ``num_workers`` background threads, up to ``prefetch``
-    batches ahead of the encoder. Each finished batch is written as one chunk and counted in
-    ``n_done``, so a run stopped by ``cancel`` (raising CancelledError), a crash or a kill
-    continues from there when called again with the same ``out_path``. ``progress(done,
-    total)`` is called after every batch. On CUDA the encoder runs under bf16 (or fp16) autocast.
+    differ) are read and decoded by ``num_workers`` background threads, at least ``prefetch``
+    batches and two reads ahead of the encoder; reads grow from one batch to a few hundred
+    patches so tiles shared by neighbouring batches are decoded once. Each finished batch is
+    written as one chunk and counted in ``n_done``, so a run stopped by ``cancel`` (raising
+    CancelledError), a crash or a kill continues from there when called again with the same
+    ``out_path``. ``progress(done, total)`` is called after every batch. On CUDA the encoder
+    runs under bf16 (or fp16) autocast.
     """
     out_path = Path(out_path)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64).reshape(-1, 2)
@@ -171,46 +175,51 @@ def extract_features(
     autocast = _autocast(encoder.device)
 
     read_size = int(getattr(grid, "read_size", grid.patch_size))
+    patch_bytes = 3 * max(read_size, int(grid.patch_size)) ** 2
 
-    def read_batch(start: int) -> np.ndarray:
-        patches = read_patches(slide, coords[start : start + batch_size], grid.level, read_size)
+    def read_block(start: int, stop: int) -> np.ndarray:
+        patches = read_patches(slide, coords[start:stop], grid.level, read_size)
         return _resize(patches, int(grid.patch_size))
 
-    starts = iter(range(done, total, batch_size))
+    blocks = iter(_read_blocks(done, total, batch_size, patch_bytes))
     with ThreadPoolExecutor(
         max_workers=max(1, num_workers), thread_name_prefix="medvl-read"
     ) as pool:
-        pending: deque[tuple[int, Future]] = deque()
+        pending: deque[tuple[int, int, Future]] = deque()
 
         def top_up() -> None:
-            while len(pending) < max(1, prefetch):
-                start = next(starts, None)
-                if start is None:
+            queued = sum(stop - start for start, stop, _ in pending)
+            while len(pending) < 2 or queued < max(1, prefetch) * batch_size:
+                block = next(blocks, None)
+                if block is None:
                     return
-                pending.append((start, pool.submit(read_batch, start)))
+                pending.append((*block, pool.submit(read_block, *block)))
+                queued += block[1] - block[0]
 
         top_up()
         try:
             while pending:
-                if is_cancelled():
-                    raise CancelledError(
-                        f"Feature extraction for {Path(attrs['slide']).name or 'the slide'} was "
-                        f"cancelled after {done} of {total} patches; run it again with the same "
-                        f"output {out_path} to resume."
-                    )
-                start, future = pending.popleft()
-                patches = future.result()
+                block_start, block_stop, future = pending.popleft()
+                block_patches = future.result()
                 top_up()
-                with autocast:
-                    embeddings = encoder.encode_patches(patches, normalize=True)
-                end = start + len(patches)
-                features[start:end] = embeddings.float().numpy()
-                group.attrs["n_done"] = end
-                done = end
-                if progress is not None:
-                    progress(done, total)
+                for start in range(block_start, block_stop, batch_size):
+                    if is_cancelled():
+                        raise CancelledError(
+                            f"Feature extraction for {Path(attrs['slide']).name or 'the slide'} "
+                            f"was cancelled after {done} of {total} patches; run it again with "
+                            f"the same output {out_path} to resume."
+                        )
+                    end = min(start + batch_size, block_stop)
+                    patches = block_patches[start - block_start : end - block_start]
+                    with autocast:
+                        embeddings = encoder.encode_patches(patches, normalize=True)
+                    features[start:end] = embeddings.float().numpy()
+                    group.attrs["n_done"] = end
+                    done = end
+                    if progress is not None:
+                        progress(done, total)
         finally:  # stopped early (cancel, a raising progress callback): drop queued reads
-            for _, future in pending:
+            for _, _, future in pending:
                 future.cancel()
     return FeatureStore.open(out_path)
 
@@ -362,6 +371,24 @@ def read_patches(slide: Any, coords: np.ndarray, level: int, patch_size: int) ->
     if run:
         flush()
     return out
+
+
+def _read_blocks(
+    first: int, total: int, batch_size: int, patch_bytes: int
+) -> Iterator[tuple[int, int]]:
+    """[start, stop) patch ranges read in one call each: one batch first, then doubling.
+
+    Larger reads decode the tiles shared by neighbouring batches once; the first read is
+    one batch so the encoder starts at once. A read holds at most _READ_BLOCK_PATCHES patches
+    and _READ_BLOCK_BYTES of pixels (but always a whole batch), and ends on a batch boundary.
+    """
+    limit = min(_READ_BLOCK_PATCHES, _READ_BLOCK_BYTES // max(patch_bytes, 1))
+    largest = max(1, limit // batch_size) * batch_size
+    size, start = batch_size, first
+    while start < total:
+        stop = min(start + size, total)
+        yield start, stop
+        start, size = stop, min(2 * size, largest)
 
 
 def _resize(patches: np.ndarray, size: int) -> np.ndarray:
