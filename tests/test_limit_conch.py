@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,10 +131,30 @@ def test_one_step_updates_only_the_text_side_and_the_folder_loads_back(
     assert paired.encode_patches(patches).shape == (2, V15_DIM)
 
 
-def test_shared_training_loop_runs_the_conchz_recipe(cohort, tmp_path, monkeypatch):
-    task, run = _task(cohort, tmp_path, monkeypatch)
-    summary = train(task, run)
+def test_conchz_recipe_keeps_the_paper_settings_and_runs(cohort, tmp_path, monkeypatch):
+    import medvl_engine.encoders._hub as hub
+    from medvl_engine.training.config import load_config
+
+    recipe = Path(__file__).resolve().parents[1] / "train" / "limit_conchz.yaml"
+    overrides = [
+        f"task.manifest={cohort / 'manifest.jsonl'}",
+        f"run.out_dir={tmp_path / 'run'}",
+        "run.max_steps=1",
+        "run.progress=false",
+        "task.num_negatives=2",
+        "task.eval_bootstrap=0",
+    ]
+    run, config = load_config(recipe, overrides, LimitTaskConfig)
+    assert (run.lr, run.weight_decay, run.epochs, run.schedule) == (1e-5, 1e-5, 3, "cosine")
+    assert (config.text_model, config.vision_encoder) == ("conch-v1", "conch-v1.5")
+    assert (config.loss, config.tau_nce, config.val_fraction) == ("weighted_infonce", 0.07, 0.01)
+    assert config.finetune == "full" and config.max_text_length == 127
+
+    install_fake_conch(monkeypatch)
+    monkeypatch.setattr(hub, "resolve_model_dir", lambda source, *args: cohort / "CONCH")
+    summary = train(LimitTask(config, run), run)
     assert summary["steps"] == 1 and np.isfinite(summary["losses"]).all()
-    final = tmp_path / "run" / "final"
-    tower = load_text_tower(str(final))
+    saved = json.loads((tmp_path / "run" / "final" / "config.json").read_text())
+    assert saved["vision_encoder"] == "conch-v1.5" and saved["projection"]["out_features"] == 768
+    tower = load_text_tower(str(tmp_path / "run" / "final"))
     assert tower.output_dim == V15_DIM and tower.encode(PROMPTS).shape == (2, V15_DIM)
