@@ -34,6 +34,18 @@ def all_classes(folder):
         yield truth, slide
 
 
+def _write_tiled_tiff(path, image: np.ndarray) -> None:
+    """A single-level RGB TIFF, 256 px tiles, 0.5 um/px in its resolution tags."""
+    tifffile.imwrite(
+        path,
+        image,
+        tile=(256, 256),
+        photometric="rgb",
+        resolution=(2e4, 2e4),
+        resolutionunit="CENTIMETER",
+    )
+
+
 @pytest.mark.parametrize("seed", [2, 6])
 def test_mask_agrees_with_ground_truth(folder, seed):
     truth = make_synthetic_slide(folder / f"gt{seed}.tif", seed=seed, size=SIZE)
@@ -79,14 +91,7 @@ def test_blank_slide_gives_empty_mask_and_grid(folder):
     path = folder / "blank.tif"
     rng = np.random.default_rng(1)
     glass = np.clip(rng.normal(244, 2.0, (1024, 1024, 3)), 0, 255).astype(np.uint8)
-    tifffile.imwrite(
-        path,
-        glass,
-        tile=(256, 256),
-        photometric="rgb",
-        resolution=(2e4, 2e4),
-        resolutionunit="CENTIMETER",
-    )
+    _write_tiled_tiff(path, glass)
     with open_slide(path) as slide:
         mask, _ = tissue_mask(slide)
         grid = patch_grid(slide, mask=(mask, 1024 / mask.shape[1]))
@@ -223,14 +228,7 @@ def test_dark_field_scan_masks_the_shining_tissue(folder):
     image[..., 2] = np.where(blob, 40 + 120 * (rng.uniform(size=blob.shape) < 0.4), 4)
     image[..., 0] = 2
     path = folder / "dapi.tif"
-    tifffile.imwrite(
-        path,
-        image,
-        tile=(256, 256),
-        photometric="rgb",
-        resolution=(2e4, 2e4),
-        resolutionunit="CENTIMETER",
-    )
+    _write_tiled_tiff(path, image)
     with open_slide(path) as slide:
         mask, _ = tissue_mask(slide)
     assert _iou(mask, blob) > 0.9
