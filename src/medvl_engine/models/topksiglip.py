@@ -78,6 +78,10 @@ class TopKSigLIPConfig:
     vision_layer_scale_init: float = 1e-6  # ConvNeXt's residual scale at random init
     vision_mode: Literal["topk", "full_image"] = "topk"
     full_image_resolution: int = 1024  # side of the resized image for vision_mode=full_image
+    # Normalisation of the pooled features before the projection: "none" (the paper),
+    # "batchnorm" (centres them over the batch, so a from-scratch backbone whose features share
+    # a large common part still yields distinct embeddings) or "layernorm".
+    vision_pool_norm: Literal["none", "batchnorm", "layernorm"] = "none"
     image_size: int = 1536  # breast image side S (CC on the top half, MLO below)
     grid: int = 16  # G: candidates per axis, N = G * G
     overlap: float = 0.5
@@ -150,6 +154,11 @@ class TopKSigLIP(nn.Module):
         self.scorer_head = nn.Conv2d(widths[-2], 1, kernel_size=1)
         nn.init.zeros_(self.scorer_head.weight)
         nn.init.zeros_(self.scorer_head.bias)
+        self.pool_norm: nn.Module | None = {
+            "none": None,
+            "batchnorm": nn.BatchNorm1d(widths[-1]),
+            "layernorm": nn.LayerNorm(widths[-1]),
+        }[config.vision_pool_norm]
         self.vision_projection = nn.Linear(widths[-1], config.embed_dim)
         if config.text_family == "bert":
             self.text_model = _bert_text.build_bert_model(
@@ -234,7 +243,7 @@ class TopKSigLIP(nn.Module):
                     images, size=(side, side), mode="bilinear", antialias=True, align_corners=False
                 )
             pooled = _convnext.pooled_features(self.backbone, _convnext.grayscale_to_input(resized))
-            return VisionOutput(F.normalize(self.vision_projection(pooled), dim=-1))
+            return VisionOutput(self._project(pooled))
         k = k or self.config.k
         log_weights = self.importance_logits(images)
         if self.training:
@@ -246,9 +255,14 @@ class TopKSigLIP(nn.Module):
             indices = hard_topk(log_weights, k)
             e = F.one_hot(indices, self.geometry.num_candidates).to(log_weights.dtype)
             patches = crop_patches(images, indices, self.geometry)
-        pooled = self.encode_patches(patches)
-        embedding = F.normalize(self.vision_projection(pooled), dim=-1)
+        embedding = self._project(self.encode_patches(patches))
         return VisionOutput(embedding, log_weights, e, indices)
+
+    def _project(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Pooled features ``[B, C_last]`` -> (pool norm) -> projection -> L2 norm ``[B, C]``."""
+        if self.pool_norm is not None:
+            pooled = self.pool_norm(pooled)
+        return F.normalize(self.vision_projection(pooled), dim=-1)
 
     # -- text -------------------------------------------------------------------------------
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:

@@ -217,11 +217,12 @@ class TopKSigLIPTask:
                 "number of synthetic breasts."
             )
         folder = self._synthetic_folder()
+        size = (int(config.synthetic_size[0]), int(config.synthetic_size[1]))
         train = synthetic_records(
-            folder / "train", config.synthetic_train, config.synthetic_seed, "train"
+            folder / "train", config.synthetic_train, config.synthetic_seed, "train", size
         )
         evaluation = synthetic_records(
-            folder / "eval", config.synthetic_eval, config.synthetic_seed + 1, "val"
+            folder / "eval", config.synthetic_eval, config.synthetic_seed + 1, "val", size
         )
         return train, evaluation
 
