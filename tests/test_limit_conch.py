@@ -87,7 +87,10 @@ def test_registry_name_conch_v1_gives_its_text_tower(cohort, monkeypatch):
     tower = load_text_tower("conch-v1")
     assert tower.training and tower.output_dim == EMBED_DIM
     assert all(p.requires_grad for p in tower.parameters())
-    assert tower.encode(PROMPTS).shape == (2, EMBED_DIM)
+    with torch.no_grad():
+        by_name = tower.encode(PROMPTS)
+        by_file = load_text_tower(str(cohort / "CONCH" / "pytorch_model.bin")).encode(PROMPTS)
+    assert by_name.shape == (2, EMBED_DIM) and torch.allclose(by_name, by_file)
 
 
 def test_one_step_updates_only_the_text_side_and_the_folder_loads_back(
