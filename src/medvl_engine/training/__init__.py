@@ -2,15 +2,15 @@
 
 The loop is :func:`train`; a model plugs in as a :class:`Task` (contract in
 :mod:`medvl_engine.training.task`). Configs are :class:`RunConfig` plus a task
-dataclass, loaded with :func:`load_config`. Importing this package does no I/O.
+dataclass, loaded with :func:`load_config`. Importing this package does no I/O and
+loads no torch: each name below is imported from its module on first use, so
+``medvl-train --help`` (which only needs the registry) stays fast.
 """
 
-from medvl_engine.training.checkpoint import load_checkpoint, save_checkpoint
-from medvl_engine.training.config import RunConfig, apply_overrides, load_config
-from medvl_engine.training.distributed import DistInfo, init_distributed, shard_indices
-from medvl_engine.training.loop import TrainingDivergedError, lr_factor, train
-from medvl_engine.training.registry import TASK_MODULES, task_module, task_names
-from medvl_engine.training.task import Task, move_to_device, unwrap_model
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "RunConfig",
@@ -31,3 +31,34 @@ __all__ = [
     "task_module",
     "task_names",
 ]
+
+_HOMES = {
+    "load_checkpoint": "checkpoint",
+    "save_checkpoint": "checkpoint",
+    "RunConfig": "config",
+    "apply_overrides": "config",
+    "load_config": "config",
+    "DistInfo": "distributed",
+    "init_distributed": "distributed",
+    "shard_indices": "distributed",
+    "TrainingDivergedError": "loop",
+    "lr_factor": "loop",
+    "train": "loop",
+    "TASK_MODULES": "registry",
+    "task_module": "registry",
+    "task_names": "registry",
+    "Task": "task",
+    "move_to_device": "task",
+    "unwrap_model": "task",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        module = importlib.import_module(f"{__name__}.{_HOMES[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
