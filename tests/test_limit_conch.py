@@ -132,6 +132,9 @@ def test_one_step_updates_only_the_text_side_and_the_folder_loads_back(
     rng = np.random.default_rng(0)
     patches = rng.integers(0, 256, size=(2, 64, 64, 3), dtype=np.uint8)
     assert paired.encode_patches(patches).shape == (2, V15_DIM)
+    monkeypatch.setitem(sys.modules, "conch", None)
+    with pytest.raises(MissingDependencyError, match="CONCH text tower in .*tuned"):
+        load_text_tower(str(tmp_path / "tuned"))
 
 
 def test_conchz_recipe_keeps_the_paper_settings_and_runs(cohort, tmp_path, monkeypatch):
