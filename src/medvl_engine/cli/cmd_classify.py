@@ -8,6 +8,8 @@ from pathlib import Path
 
 HELP = "rank class prompts for a whole slide by report-guided pooling (LIMIT zero-shot)"
 
+__all__ = ["HELP", "add_arguments", "run"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("slide", type=Path, help="slide file")

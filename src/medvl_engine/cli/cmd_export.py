@@ -13,6 +13,8 @@ from medvl_engine.cli._pathology import (
 
 HELP = "convert a heatmap saved as .npz to GeoJSON, PNG/JPEG (with --slide), TIFF or CSV"
 
+__all__ = ["HELP", "add_arguments", "run"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("heatmap", type=Path, help=".npz written by `medvl heatmap`")

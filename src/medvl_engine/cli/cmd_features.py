@@ -15,6 +15,8 @@ from pathlib import Path
 
 HELP = "extract patch features of slides into zarr stores (resumable, shardable)"
 
+__all__ = ["HELP", "add_arguments", "parse_shard", "run"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("slides", nargs="*", metavar="SLIDE", help="slide files")

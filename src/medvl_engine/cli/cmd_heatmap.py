@@ -14,6 +14,8 @@ from medvl_engine.cli._pathology import (
 
 HELP = "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV)"
 
+__all__ = ["HELP", "add_arguments", "run"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("slide", type=Path, help="slide file")

@@ -10,6 +10,8 @@ from typing import Any
 
 HELP = "describe slides and mammograms (levels, mpp, laterality, view, VOI, ...)"
 
+__all__ = ["HELP", "add_arguments", "describe_mammogram", "describe_slide", "run"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="slide or mammogram files")

@@ -19,6 +19,8 @@ from pathlib import Path
 HELP = "TopK-Patch on a CC + MLO pair: ranked boxes in source px and the importance map"
 _FORMATS = (".geojson", ".csv", ".png")
 
+__all__ = ["HELP", "add_arguments", "run"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cc", help="CC view (DICOM or PNG)")
