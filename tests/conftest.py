@@ -34,3 +34,26 @@ def sample_file(sample_data: Path):
         return path
 
     return get
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-slow", action="store_true", help="also run tests marked slow (minutes each)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` tests opt in (--run-slow or -m slow); `gpu` tests need CUDA."""
+    selected_by_marker = "slow" in (config.getoption("-m") or "")
+    run_slow = config.getoption("--run-slow") or selected_by_marker
+    cuda = None
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(pytest.mark.skip(reason="slow: run with --run-slow"))
+        if "gpu" in item.keywords:
+            if cuda is None:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
