@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from medvl_engine._colormap import apply_colormap
-from medvl_engine.errors import ExportError
+from medvl_engine.errors import CorruptFileError, ExportError
 from medvl_engine.export import (
     export_heatmap,
     heatmap_tiff_downsample,
@@ -195,3 +195,37 @@ def test_bad_tiff_requests_are_explained_and_write_nothing(tmp_path):
     with pytest.raises(ExportError, match="too large; choose a larger downsample"):
         write_heatmap_tiff(tmp_path / "a.tiff", heatmap, slide_dimensions=(10**6, 10**6))
     assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ExportError, match="a.tiff does not exist"):
+        read_heatmap_tiff_description(tmp_path / "a.tiff")
+    csv_path = export_heatmap(tmp_path / "a.csv", heatmap, store)
+    with pytest.raises(CorruptFileError, match="a.csv is not a heatmap TIFF written by medvl"):
+        read_heatmap_tiff_description(csv_path)
+
+
+def test_cli_heatmap_tiff_puts_every_patch_score_at_its_centre(tmp_path):
+    import csv
+
+    from medvl_engine.cli.main import main
+    from medvl_engine.io.slide import open_slide
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    truth = make_synthetic_slide(
+        tmp_path / "s.tiff", seed=3, size=SLIDE_SIZE, classes=("tumor", "stroma")
+    )
+    tiff, table = tmp_path / "h.tiff", tmp_path / "h.csv"
+    argv = ["heatmap", str(truth.path), "--prompt", "tumor", "--out", str(tiff)]
+    assert main([*argv, "--out", str(table)]) == 0
+    description = read_heatmap_tiff_description(tiff)
+    d, (low, high) = description["downsample"], description["value_range"]
+    with open_slide(tiff) as heat:
+        assert heat.dimensions == (math.ceil(1000 / d), math.ceil(700 / d))
+        assert heat.mpp == pytest.approx((0.5 * d, 0.5 * d))
+        pixels = heat.read_region((0, 0), 0, heat.dimensions)
+    with open(table, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows
+    for row in rows:
+        x = (int(row["x0"]) + int(row["x1"])) // 2
+        y = (int(row["y0"]) + int(row["y1"])) // 2
+        colour = apply_colormap(np.array([(float(row["score"]) - low) / (high - low)]))[0]
+        np.testing.assert_allclose(pixels[y // d, x // d], colour, atol=1)  # CSV rounds to 1e-6
