@@ -8,26 +8,16 @@ The helpers below are for other packages (training, CLI, plugin); each is import
 private module on first use, so importing this package loads no torch.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+from medvl_engine._lazy import lazy_exports
 
 __all__ = ["LORA_TARGETS", "add_lora", "merged_copy", "write_topk_outputs"]
 
-_HOMES = {
-    "LORA_TARGETS": "medvl_engine.models._lora",
-    "add_lora": "medvl_engine.models._lora",
-    "merged_copy": "medvl_engine.models._lora",
-    "write_topk_outputs": "medvl_engine.models._topk_export",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "LORA_TARGETS": "_lora",
+        "add_lora": "_lora",
+        "merged_copy": "_lora",
+        "write_topk_outputs": "_topk_export",
+    },
+)

@@ -7,10 +7,7 @@ loads no torch: each name below is imported from its module on first use, so
 ``medvl-train --help`` (which only needs the registry) stays fast.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+from medvl_engine._lazy import lazy_exports
 
 __all__ = [
     "RunConfig",
@@ -32,33 +29,25 @@ __all__ = [
     "task_names",
 ]
 
-_HOMES = {
-    "load_checkpoint": "checkpoint",
-    "save_checkpoint": "checkpoint",
-    "RunConfig": "config",
-    "apply_overrides": "config",
-    "load_config": "config",
-    "DistInfo": "distributed",
-    "init_distributed": "distributed",
-    "shard_indices": "distributed",
-    "TrainingDivergedError": "loop",
-    "lr_factor": "loop",
-    "train": "loop",
-    "TASK_MODULES": "registry",
-    "task_module": "registry",
-    "task_names": "registry",
-    "Task": "task",
-    "move_to_device": "task",
-    "unwrap_model": "task",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        module = importlib.import_module(f"{__name__}.{_HOMES[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "load_checkpoint": "checkpoint",
+        "save_checkpoint": "checkpoint",
+        "RunConfig": "config",
+        "apply_overrides": "config",
+        "load_config": "config",
+        "DistInfo": "distributed",
+        "init_distributed": "distributed",
+        "shard_indices": "distributed",
+        "TrainingDivergedError": "loop",
+        "lr_factor": "loop",
+        "train": "loop",
+        "TASK_MODULES": "registry",
+        "task_module": "registry",
+        "task_names": "registry",
+        "Task": "task",
+        "move_to_device": "task",
+        "unwrap_model": "task",
+    },
+)
