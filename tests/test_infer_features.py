@@ -210,3 +210,33 @@ def test_a_progress_callback_that_raises_stops_and_leaves_a_resumable_store(
     store = extract_features(slide, encoder, grid, tmp_path / "s.zarr", batch_size=8)
     assert store.n_patches == len(grid.coords)
     np.testing.assert_allclose(np.linalg.norm(store.features, axis=1), 1.0, atol=1e-5)
+
+
+def test_reads_spanning_many_batches_give_every_patch_its_own_pixels(slide, encoder, tmp_path):
+    from medvl_engine.features import _read_blocks
+
+    grid = RegularGrid(slide.dimensions, patch_size=32, stride=16)
+    n = len(grid.coords)
+    blocks = list(_read_blocks(0, n, 8, 3 * 32 * 32))
+    assert n > 300 and blocks[0] == (0, 8) and max(b - a for a, b in blocks) == 256
+    assert [a for a, _ in blocks[1:]] == [b for _, b in blocks[:-1]] and blocks[-1][1] == n
+    store = extract_features(slide, encoder, grid, tmp_path / "f.zarr", batch_size=8)
+    patches = np.stack([slide.read_region(tuple(c), 0, (32, 32)) for c in grid.coords])
+    np.testing.assert_allclose(store.features, encoder.encode_patches(patches), atol=1e-5)
+
+
+def test_torch_threads_apply_to_the_run_only(slide, encoder, tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    seen = []
+    grid = RegularGrid(slide.dimensions, patch_size=128)
+    extract_features(
+        slide,
+        encoder,
+        grid,
+        tmp_path / "f.zarr",
+        torch_threads=1,
+        progress=lambda done, total: seen.append(torch.get_num_threads()),
+    )
+    assert seen[-1] == 1 and torch.get_num_threads() == before

@@ -134,6 +134,7 @@ def extract_features(
     cancel: threading.Event | Callable[[], bool] | None = None,
     num_workers: int = 1,
     prefetch: int = 4,
+    torch_threads: int | None = None,
 ) -> FeatureStore:
     """Encode every patch of ``grid`` into a zarr store at ``out_path`` and return it loaded.
 
@@ -144,7 +145,9 @@ def extract_features(
     written as one chunk and counted in ``n_done``, so a run stopped by ``cancel`` (raising
     CancelledError), a crash or a kill continues from there when called again with the same
     ``out_path``. ``progress(done, total)`` is called after every batch. On CUDA the encoder
-    runs under bf16 (or fp16) autocast.
+    runs under bf16 (or fp16) autocast. ``torch_threads`` sets torch's intra-op threads for
+    the run (restored afterwards; None keeps them): on a CPU-bound run with a cheap encoder,
+    one fewer than the cores leaves a core to the reader.
     """
     out_path = Path(out_path)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64).reshape(-1, 2)
@@ -182,6 +185,9 @@ def extract_features(
         return _resize(patches, int(grid.patch_size))
 
     blocks = iter(_read_blocks(done, total, batch_size, patch_bytes))
+    threads_before = torch.get_num_threads()
+    if torch_threads is not None:
+        torch.set_num_threads(max(1, int(torch_threads)))
     with ThreadPoolExecutor(
         max_workers=max(1, num_workers), thread_name_prefix="medvl-read"
     ) as pool:
@@ -221,6 +227,7 @@ def extract_features(
         finally:  # stopped early (cancel, a raising progress callback): drop queued reads
             for _, _, future in pending:
                 future.cancel()
+            torch.set_num_threads(threads_before)
     return FeatureStore.open(out_path)
 
 
