@@ -61,14 +61,8 @@ def heatmap_on_slide(heatmap: Any, extent: tuple[int, int] | None, downsample: i
     far corner. Pixel (x, y) holds the cell containing level-0 ((x + 0.5) d, (y + 0.5) d).
     """
     grid = np.asarray(heatmap.grid, np.float32)
-    cell = int(heatmap.cell_size_level0)
-    origin_x, origin_y = (int(v) for v in heatmap.origin_level0)
-    extent = _extent(heatmap, extent)
-    width, height = -(-int(extent[0]) // downsample), -(-int(extent[1]) // downsample)
-    cols = _cell_of_pixel(width, downsample, origin_x, cell, grid.shape[1])
-    rows = _cell_of_pixel(height, downsample, origin_y, cell, grid.shape[0])
     padded = np.pad(grid, ((0, 1), (0, 1)), constant_values=np.nan)  # index -1: no cell
-    return padded[np.ix_(rows, cols)]
+    return _gather(padded, heatmap, _extent(heatmap, extent), downsample)
 
 
 def write_heatmap_tiff(
@@ -115,32 +109,35 @@ def write_heatmap_tiff(
             "is too large; choose a larger downsample.",
             path,
         )
-    scores = heatmap_on_slide(heatmap, extent, downsample)
-    levels = [(scores, downsample)]
-    while min(levels[-1][0].shape) >= 2 * _TILE:
-        coarser = levels[-1][1] * 2
-        levels.append((heatmap_on_slide(heatmap, extent, coarser), coarser))
+    grid = np.asarray(heatmap.grid, np.float32)
+    cells = np.pad(grid, ((0, 1), (0, 1)), constant_values=np.nan)  # index -1: no cell
+    if values == "rgba":
+        cells = _rgba(cells, heatmap.value_range, colormap)  # coloured once per cell
+    level_downsamples = [downsample]  # halve until a level's shorter side is under 2 tiles
+    while min(-(-extent[0] // level_downsamples[-1]), -(-extent[1] // level_downsamples[-1])) >= (
+        2 * _TILE
+    ):
+        level_downsamples.append(level_downsamples[-1] * 2)
     description = _description(heatmap, slide_dimensions, mpp, downsample, values, colormap)
-    level0_bytes = scores.size * (4 if values == "rgba" else scores.itemsize)
+    level0_bytes = width * height * 4  # RGBA uint8 or float32: 4 bytes per pixel
 
     def write(temporary: Path) -> None:
         with tifffile.TiffWriter(temporary, bigtiff=level0_bytes * 2 > 2**31) as tif:
-            for index, (level, level_downsample) in enumerate(levels):
+            for index, level_downsample in enumerate(level_downsamples):
+                pixels = _gather(cells, heatmap, extent, level_downsample)
                 extra: dict[str, Any] = {}
                 if mpp is not None:
                     um_x, um_y = mpp[0] * level_downsample, mpp[1] * level_downsample
                     extra["resolution"] = (1e4 / um_x, 1e4 / um_y)
                     extra["resolutionunit"] = "CENTIMETER"
                 if index == 0:
-                    extra["subifds"] = len(levels) - 1
+                    extra["subifds"] = len(level_downsamples) - 1
                     extra["description"] = description
                 else:
                     extra["subfiletype"] = 1
                 if values == "rgba":
-                    pixels = _rgba(level, heatmap.value_range, colormap)
                     extra.update(photometric="rgb", extrasamples="unassalpha")
                 else:
-                    pixels = level
                     extra["photometric"] = "minisblack"
                 tif.write(pixels, tile=(_TILE, _TILE), compression="zlib", metadata=None, **extra)
 
@@ -217,6 +214,19 @@ def _rgba(scores: np.ndarray, value_range: tuple[float, float], colormap: str) -
     rgba[..., :3][~finite] = 255
     rgba[..., 3] = np.where(finite, 255, 0)
     return rgba
+
+
+def _gather(
+    cells: np.ndarray, heatmap: Any, extent: tuple[int, int], downsample: int
+) -> np.ndarray:
+    """Per-pixel copy [ceil(H / d), ceil(W / d), ...] of ``cells`` [rows + 1, cols + 1, ...]
+    (the grid padded with one "no cell" row and column) at downsample d."""
+    cell = int(heatmap.cell_size_level0)
+    origin_x, origin_y = (int(v) for v in heatmap.origin_level0)
+    width, height = -(-int(extent[0]) // downsample), -(-int(extent[1]) // downsample)
+    rows = _cell_of_pixel(height, downsample, origin_y, cell, cells.shape[0] - 1)
+    cols = _cell_of_pixel(width, downsample, origin_x, cell, cells.shape[1] - 1)
+    return cells.take(rows, axis=0).take(cols, axis=1)
 
 
 def _cell_of_pixel(n_pixels: int, downsample: int, origin: int, cell: int, n_cells: int):
