@@ -32,7 +32,7 @@ import numpy as np
 from medvl_engine.errors import MedVLError
 
 if TYPE_CHECKING:
-    from medvl_engine.io.mammo import Mammogram
+    from medvl_engine.io._mammogram import Mammogram
 
 __all__ = ["BreastImage", "ViewPlacement", "breast_image", "breast_mask"]
 

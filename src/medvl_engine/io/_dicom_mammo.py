@@ -21,7 +21,7 @@ from medvl_engine.errors import (
     UnsupportedFormatError,
 )
 from medvl_engine.io import _voi
-from medvl_engine.io.mammo import VIEW_NAMES, Mammogram, parse_file_name
+from medvl_engine.io._mammogram import VIEW_NAMES, Mammogram, parse_file_name
 
 __all__ = ["PRIVATE_DICOM_KEYWORDS", "display_pixels", "open_dicom_mammogram", "voi_options"]
 

@@ -13,10 +13,7 @@ float32 [H, W] in [0, 1], rows and columns of the source image.
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -27,6 +24,12 @@ from medvl_engine.errors import (
 )
 from medvl_engine.io import _voi
 from medvl_engine.io._breast import BreastImage, breast_image
+from medvl_engine.io._mammogram import (
+    MAMMOGRAM_SUFFIXES,
+    VIEW_NAMES,
+    Mammogram,
+    parse_file_name,
+)
 
 __all__ = [
     "BreastImage",
@@ -37,68 +40,6 @@ __all__ = [
     "MAMMOGRAM_SUFFIXES",
     "VIEW_NAMES",
 ]
-
-MAMMOGRAM_SUFFIXES = (".dcm", ".dicom", ".png", ".tif", ".tiff")
-
-VIEW_NAMES = {  # ViewPosition / file-name token -> view
-    "CC": "CC",
-    "MLO": "MLO",
-    "ML": "ML",
-    "LM": "LM",
-    "LMO": "LMO",
-    "XCCL": "XCCL",
-    "XCCM": "XCCM",
-    "FB": "FB",
-    "SIO": "SIO",
-    "AT": "AT",
-    "SPOT": "SPOT",
-    "MAG": "MAG",
-}
-_LATERALITY_WORDS = {"L": "L", "LEFT": "L", "R": "R", "RIGHT": "R"}
-
-
-@dataclass
-class Mammogram:
-    """One mammographic view, ready for display.
-
-    ``pixels`` float32 [H, W] in [0, 1] (rows, columns of the source image),
-    dark = less attenuation after MONOCHROME1 inversion; ``pixel_spacing`` is
-    (row_mm, col_mm); ``stored_range`` is (min, max) of the modality values.
-    """
-
-    path: Path
-    pixels: np.ndarray
-    laterality: str | None = None
-    view: str | None = None
-    pixel_spacing: tuple[float, float] | None = None
-    modality: str | None = None
-    photometric: str | None = None
-    presentation_intent: str | None = None
-    voi: str = "full range"
-    voi_choices: list[str] = field(default_factory=list)
-    properties: dict[str, Any] = field(default_factory=dict)
-    private_properties: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.pixels.shape[0]), int(self.pixels.shape[1]))
-
-
-def parse_file_name(name: str) -> tuple[str | None, str | None]:
-    """(laterality, view) from a file name such as ``1_L_CC.png`` or ``case7-RMLO.dcm``."""
-    stem = Path(name).name.split(".")[0]
-    laterality = view = None
-    for token in re.split(r"[_\-\s.]+", stem.upper()):
-        if token in _LATERALITY_WORDS and laterality is None:
-            laterality = _LATERALITY_WORDS[token]
-        elif token in VIEW_NAMES and view is None:
-            view = VIEW_NAMES[token]
-        else:
-            joined = re.fullmatch(r"(L|R|LEFT|RIGHT)(CC|MLO|ML|LM|XCCL|XCCM)", token)
-            if joined:
-                laterality = laterality or _LATERALITY_WORDS[joined.group(1)]
-                view = view or joined.group(2)
-    return laterality, view
 
 
 def open_mammogram(path: str | os.PathLike, voi_index: int = 0) -> Mammogram:
