@@ -224,9 +224,20 @@ def _gather(
     cell = int(heatmap.cell_size_level0)
     origin_x, origin_y = (int(v) for v in heatmap.origin_level0)
     width, height = -(-int(extent[0]) // downsample), -(-int(extent[1]) // downsample)
-    rows = _cell_of_pixel(height, downsample, origin_y, cell, cells.shape[0] - 1)
-    cols = _cell_of_pixel(width, downsample, origin_x, cell, cells.shape[1] - 1)
-    return cells.take(rows, axis=0).take(cols, axis=1)
+    row_cells, row_counts = _runs(
+        _cell_of_pixel(height, downsample, origin_y, cell, len(cells) - 1)
+    )
+    col_cells, col_counts = _runs(
+        _cell_of_pixel(width, downsample, origin_x, cell, cells.shape[1] - 1)
+    )
+    distinct = cells.take(row_cells, axis=0).take(col_cells, axis=1)  # one entry per run
+    return np.repeat(np.repeat(distinct, col_counts, axis=1), row_counts, axis=0)
+
+
+def _runs(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Run-length form of int64 [n]: the value of each run of equal neighbours and its length."""
+    starts = np.flatnonzero(np.diff(index, prepend=index[0] - 1))
+    return index[starts], np.diff(starts, append=index.size)
 
 
 def _cell_of_pixel(n_pixels: int, downsample: int, origin: int, cell: int, n_cells: int):
