@@ -240,7 +240,9 @@ def _runs(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return index[starts], np.diff(starts, append=index.size)
 
 
-def _cell_of_pixel(n_pixels: int, downsample: int, origin: int, cell: int, n_cells: int):
+def _cell_of_pixel(
+    n_pixels: int, downsample: int, origin: int, cell: int, n_cells: int
+) -> np.ndarray:
     """Grid index int64 [n_pixels] of the cell holding each pixel centre; -1 where none.
 
     Centres are compared at twice their value so the arithmetic stays in integers.
