@@ -116,6 +116,10 @@ def load_text_tower(
 
     text_config = dict(config["text_config"])
     backbone_type = text_config.pop("model_type")
+    if backbone_type == "medvl-conch-text":  # CONCH's transformer, known to transformers on demand
+        from medvl_engine.encoders._conch_text import register_conch_text
+
+        register_conch_text()
     backbone_config = AutoConfig.for_model(backbone_type, **text_config)
     backbone = AutoModel.from_config(backbone_config)
     projection = None
