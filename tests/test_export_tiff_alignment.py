@@ -229,3 +229,27 @@ def test_cli_heatmap_tiff_puts_every_patch_score_at_its_centre(tmp_path):
         y = (int(row["y0"]) + int(row["y1"])) // 2
         colour = apply_colormap(np.array([(float(row["score"]) - low) / (high - low)]))[0]
         np.testing.assert_allclose(pixels[y // d, x // d], colour, atol=1)  # CSV rounds to 1e-6
+
+
+def test_cli_tiff_options_choose_scores_and_downsample(tmp_path):
+    import tifffile
+
+    from medvl_engine.cli.main import main
+
+    store = _store()
+    heatmap = _heatmap(store)
+    saved = write_npz(
+        tmp_path / "h.npz",
+        heatmap,
+        store.coords,
+        store.patch_size_level0,
+        store.mpp,
+        store.slide_dimensions,
+    )
+    out = tmp_path / "scores.tiff"
+    argv = ["export", str(saved), "--out", str(out), "--tiff-values", "scores"]
+    assert main([*argv, "--tiff-downsample", "20"]) == 0
+    description = read_heatmap_tiff_description(out)
+    assert description["downsample"] == 20 and description["values"] == "scores"
+    pixels = tifffile.imread(out)
+    assert pixels.dtype == np.float32 and pixels.shape[:2] == (35, 50)  # ceil(700/20), 1000/20

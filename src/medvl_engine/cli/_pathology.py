@@ -100,6 +100,18 @@ def add_rendering_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-size", type=int, default=2048, help="longest side of a PNG/JPEG")
     parser.add_argument("--level", type=int, default=None, help="PNG/JPEG at this pyramid level")
     parser.add_argument("--colormap", choices=("jet", "coolwarm", "gray"), default="jet")
+    parser.add_argument(
+        "--tiff-values",
+        choices=("rgba", "scores"),
+        default="rgba",
+        help="TIFF pixels: coloured with transparency (viewing) or float32 scores (analysis)",
+    )
+    parser.add_argument(
+        "--tiff-downsample",
+        type=int,
+        default=None,
+        help="level-0 px per TIFF pixel (default: about 8 um per pixel)",
+    )
 
 
 def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: Any) -> None:
@@ -127,5 +139,7 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
             max_size=args.max_size,
             level=args.level,
             colormap=args.colormap,
+            tiff_values=args.tiff_values,
+            tiff_downsample=args.tiff_downsample,
         )
         print(out)
