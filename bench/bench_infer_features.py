@@ -32,7 +32,7 @@ from medvl_engine.features import extract_features, read_patches
 from medvl_engine.io.slide import open_slide
 from medvl_engine.synthetic import make_synthetic_slide
 
-SLIDE_SIZE = (3072, 3072)
+SLIDE_SIZE = (4096, 4096)
 
 
 class _Grid:
@@ -116,7 +116,7 @@ def measure(
         for patches in batches:
             encoder.encode_patches(patches)
         encoder_rates.append(len(coords) / (time.perf_counter() - start))
-        out = scratch / f"{encoder.name.replace('/', '_')}-{round_index}.zarr"
+        out = scratch / f"{encoder.name}-threads{threads}-{round_index}.zarr"
         start = time.perf_counter()
         extract_features(slide, encoder, grid, out, batch_size=batch)
         pipeline_rates.append(len(coords) / (time.perf_counter() - start))

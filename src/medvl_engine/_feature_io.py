@@ -38,8 +38,8 @@ def create_store(path: Path, coords: np.ndarray, attrs: dict[str, Any], chunk_ro
             )
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    group = zarr.open_group(str(path), mode="w")
-    group.attrs.update({**attrs, "n_done": 0})  # first, so a half-made store is recognised
+    # attributes first (one metadata write), so a half-made store is recognised
+    group = zarr.open_group(str(path), mode="w", attributes={**attrs, "n_done": 0})
     total, dim = len(coords), int(attrs["embed_dim"])
     group.create_array(
         "features",
