@@ -13,7 +13,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,10 +188,19 @@ def extract_features(
     threads_before = torch.get_num_threads()
     if torch_threads is not None:
         torch.set_num_threads(max(1, int(torch_threads)))
-    with ThreadPoolExecutor(
-        max_workers=max(1, num_workers), thread_name_prefix="medvl-read"
-    ) as pool:
+
+    def write_batch(start: int, end: int, rows: np.ndarray) -> None:
+        features[start:end] = rows
+        group.attrs["n_done"] = end  # after the rows, so n_done never counts unwritten rows
+
+    with (
+        ThreadPoolExecutor(
+            max_workers=max(1, num_workers), thread_name_prefix="medvl-read"
+        ) as pool,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="medvl-write") as writer,
+    ):
         pending: deque[tuple[int, int, Future]] = deque()
+        writes: deque[Future] = deque()  # at most one batch written behind the encoder
 
         def top_up() -> None:
             queued = sum(stop - start for start, stop, _ in pending)
@@ -219,14 +228,20 @@ def extract_features(
                     patches = block_patches[start - block_start : end - block_start]
                     with autocast:
                         embeddings = encoder.encode_patches(patches, normalize=True)
-                    features[start:end] = embeddings.float().numpy()
-                    group.attrs["n_done"] = end
+                    writes.append(
+                        writer.submit(write_batch, start, end, embeddings.float().numpy())
+                    )
+                    while len(writes) > 1:
+                        writes.popleft().result()  # a failed write stops the run here
                     done = end
                     if progress is not None:
                         progress(done, total)
+            while writes:
+                writes.popleft().result()
         finally:  # stopped early (cancel, a raising progress callback): drop queued reads
             for _, _, future in pending:
                 future.cancel()
+            wait(writes)  # batches already encoded still reach the store, so a rerun resumes
             torch.set_num_threads(threads_before)
     return FeatureStore.open(out_path)
 
