@@ -64,6 +64,7 @@ def topk_geojson(result: TopKResult, sources: dict[str, Path]) -> dict:
         "medvl": {
             "importance": np.asarray(result.importance, dtype=float).round(8).tolist(),
             "importance_frame": "candidate grid [G, G] over the breast image (CC top, MLO bottom)",
+            "importance_cell_bounds": np.asarray(result.cell_bounds, dtype=float).tolist(),
             "zero_shot": result.zero_shot,
         },
     }
@@ -78,7 +79,10 @@ def render_topk_png(result: TopKResult, breast: np.ndarray, max_side: int = 1536
     importance = np.asarray(result.importance, dtype=np.float32)
     grid = importance.shape[0]
     heat = importance / importance.max() if importance.max() > 0 else importance
-    cells = np.clip((np.arange(size) * grid) // size, 0, grid - 1)
+    bounds = np.asarray(result.cell_bounds, dtype=np.float64)
+    bounds = bounds * (size / bounds[-1])  # the engine's cell edges, in this image's px
+    centres = np.arange(size) + 0.5
+    cells = np.clip(np.searchsorted(bounds, centres, side="right") - 1, 0, grid - 1)
     heat_px = heat[np.ix_(cells, cells)]
     gray = (image * 255).astype(np.uint8)
     rgb = np.stack([gray, gray, gray], axis=-1).astype(np.float32)
