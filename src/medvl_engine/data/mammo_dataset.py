@@ -9,8 +9,6 @@ tabular attribute vector ``[15]`` and the parsed report.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from medvl_engine._atomic import atomic_write_stream
 from medvl_engine.data.mammo_augment import MammoAugmentConfig, augment_breast
 from medvl_engine.data.mammo_manifest import MammoRecord
 from medvl_engine.data.mammo_reports import tabular_attributes
@@ -98,10 +97,12 @@ def disk_cached_loader(
                 return stored["image"], stored["boxes"]
         image, boxes = loader(record, image_size)
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=folder)
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, image=image, boxes=boxes)
-        os.replace(tmp, path)
+        atomic_write_stream(
+            path,
+            lambda handle: np.savez(handle, image=image, boxes=boxes),
+            binary=True,
+            what="breast-image cache",
+        )
         return image, boxes
 
     return cached

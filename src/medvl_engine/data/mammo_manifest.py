@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from medvl_engine._atomic import atomic_write_stream
 from medvl_engine.data.mammo_reports import DENSITY_LABELS, normalise_findings, parsed_report
 from medvl_engine.errors import DataError
 
@@ -186,8 +185,7 @@ def write_mammo_manifest(records: list[MammoRecord], path: str | Path) -> Path:
         except ValueError:
             return str(p)
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
+    def write(handle: IO[str]) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(MANIFEST_COLUMNS))
         writer.writeheader()
         for r in records:
@@ -206,5 +204,6 @@ def write_mammo_manifest(records: list[MammoRecord], path: str | Path) -> Path:
                     "split": r.split,
                 }
             )
-    os.replace(tmp, path)
+
+    atomic_write_stream(path, write, what="manifest")
     return path

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import BertConfig
 
+from medvl_engine._atomic import atomic_directory
 from medvl_engine.errors import ConfigError, ModelNotFoundError
 from medvl_engine.models import _bert_text, _clip_text, _convnext
 from medvl_engine.models.topk import (
@@ -362,48 +362,37 @@ def save_topksiglip(model: TopKSigLIP, directory: str | Path) -> Path:
     """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    config = dataclasses.replace(model.config, vision_pretrained=None, text_pretrained=None)
-    text_fields = model.text_model.config.to_dict()
-    if model.config.text_family == "bert":
-        config.text_config = {
-            key: value
-            for key, value in text_fields.items()
-            if key in BertConfig().to_dict()
-            and key not in ("architectures", "transformers_version")
+
+    def fill(staging: Path) -> None:
+        config = dataclasses.replace(model.config, vision_pretrained=None, text_pretrained=None)
+        text_fields = model.text_model.config.to_dict()
+        if model.config.text_family == "bert":
+            config.text_config = {
+                key: value
+                for key, value in text_fields.items()
+                if key in BertConfig().to_dict()
+                and key not in ("architectures", "transformers_version")
+            }
+        else:
+            keep = (
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "hidden_act",
+                "layer_norm_eps",
+                "projection_dim",
+            )
+            config.text_config = {key: text_fields[key] for key in keep if key in text_fields}
+            config.text_config["max_position_embeddings"] = model.config.context_length
+        (staging / CONFIG_NAME).write_text(json.dumps(config.to_dict(), indent=2), encoding="utf-8")
+        state = {
+            key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()
         }
-    else:
-        keep = (
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "hidden_act",
-            "layer_norm_eps",
-            "projection_dim",
-        )
-        config.text_config = {key: text_fields[key] for key in keep if key in text_fields}
-        config.text_config["max_position_embeddings"] = model.config.context_length
-    (staging / CONFIG_NAME).write_text(json.dumps(config.to_dict(), indent=2), encoding="utf-8")
-    state = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
-    save_file(state, str(staging / WEIGHTS_NAME))
-    model.tokenizer.save_pretrained(str(staging))
-    if directory.exists():
-        backup = directory.with_name(f".{directory.name}.old")
-        if backup.exists():
-            _remove_tree(backup)
-        os.replace(directory, backup)
-        os.replace(staging, directory)
-        _remove_tree(backup)
-    else:
-        os.replace(staging, directory)
-    return directory
+        save_file(state, str(staging / WEIGHTS_NAME))
+        model.tokenizer.save_pretrained(str(staging))
 
-
-def _remove_tree(path: Path) -> None:
-    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        child.rmdir() if child.is_dir() else child.unlink()
-    path.rmdir()
+    return atomic_directory(directory, fill, what="TopKSigLIP model")
 
 
 def registered_model_dir(name: str = "topksiglip-demo") -> Path:
