@@ -49,7 +49,7 @@ def test_topksiglip_demo_is_well_above_chance(tmp_path, capsys):
     metrics = _printed_metrics(capsys.readouterr().out)
     assert metrics["pointing_game"] > 2 * metrics["pointing_game_chance"]
     assert metrics["pixel_ap"] > 2 * metrics["pixel_ap_chance"]
-    assert metrics["auroc_findings_avg"] > 0.6
+    assert metrics["auroc_density_avg"] > 0.7
 
 
 @pytest.mark.gpu
