@@ -11,6 +11,7 @@ from typing import IO
 import numpy as np
 
 from medvl_engine._atomic import atomic_write_stream
+from medvl_engine.data.mammo_manifest import MANIFEST_COLUMNS
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo import SyntheticMammoCase, make_mammogram_case
 from medvl_engine.synthetic._reports import ORGANS
@@ -137,20 +138,9 @@ def make_synthetic_cohort(
     return slides
 
 
-MAMMO_MANIFEST_COLUMNS: tuple[str, ...] = (
-    "exam_id",
-    "laterality",
-    "cc_path",
-    "mlo_path",
-    "report",
-    "birads",
-    "density",
-    "cancer",
-    "findings",
-    "roi_boxes",
-    "split",
-    "photometric",
-)
+MAMMO_MANIFEST_COLUMNS: tuple[str, ...] = (*MANIFEST_COLUMNS, "photometric")
+"""The breast-level manifest's columns (medvl_engine.data.mammo_manifest) plus the
+synthetic case's photometric interpretation."""
 
 
 def make_mammogram_cohort(
