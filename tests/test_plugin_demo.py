@@ -129,3 +129,13 @@ def test_demo_viewers_hold_the_overlays_and_reuse_the_demo_features(
     finally:
         for viewer in (slide_viewer, mammo_viewer):
             viewer.close()
+
+
+def test_viewer_demo_headless_with_default_slide_size(tmp_path, capsys):
+    out = tmp_path / "demo"
+    missing = ["--model", str(tmp_path / "none"), "--topk-model", str(tmp_path / "none")]
+    assert demo_main(["--out", str(out), "--headless", *missing]) == 0
+    assert (out / "inputs" / "synthetic-he-3072x2048.tiff").is_file()
+    with Image.open(out / "slide.png") as image:
+        assert image.size == (1600, 1067)  # the 3072 x 2048 slide, longest side 1600
+    assert "slide heatmap skipped" in capsys.readouterr().out

@@ -150,17 +150,18 @@ def build_scene(
     model: str,
     topk_model: str,
     k: int,
-    slide_size: tuple[int, int] = DEMO_SLIDE_SIZE,
+    slide_size: tuple[int, int] | None = None,
     progress: Progress = _quiet,
 ) -> DemoScene:
     """Make the demo inputs in ``out`` and run both demo models on them.
 
-    slide_size: (width, height) of the synthetic slide in level-0 px. A model that cannot
-    be loaded leaves its result None and a one-sentence note in ``scene.notes``.
+    slide_size: (width, height) of the synthetic slide in level-0 px (None: DEMO_SLIDE_SIZE).
+    A model that cannot be loaded leaves its result None and a one-sentence note in
+    ``scene.notes``.
     """
     out.mkdir(parents=True, exist_ok=True)
     progress(f"making synthetic slide and mammograms in {out / 'inputs'}")
-    slide_path, case = _make_inputs(out, slide_size)
+    slide_path, case = _make_inputs(out, slide_size or DEMO_SLIDE_SIZE)
     scene = DemoScene(out=out, slide_path=slide_path, prompt=prompt)
     scene.cc_path, scene.mlo_path = Path(case.cc_path), Path(case.mlo_path)
     scene.laterality = case.laterality

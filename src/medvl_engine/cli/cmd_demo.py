@@ -48,11 +48,10 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine.demo import DEMO_SLIDE_SIZE, build_scene, write_scene
+    from medvl_engine.demo import build_scene, write_scene
 
-    slide_size = args.slide_size if args.slide_size is not None else DEMO_SLIDE_SIZE
     scene = build_scene(
-        args.out, args.prompt, args.model, args.topk_model, args.k, slide_size, progress=say
+        args.out, args.prompt, args.model, args.topk_model, args.k, args.slide_size, progress=say
     )
     written = write_scene(scene)
     report(scene.notes, written)
