@@ -15,8 +15,8 @@ TINY_TEXT = {
 }
 
 
-def tiny_config(**overrides) -> TopKSigLIPConfig:
-    """A 256 px breast image, 8x8 grid, K = 3, 4-stage ConvNeXt of width 8..64, tiny CLIP text."""
+def tiny_values(**overrides) -> dict:
+    """Settings of a 256 px breast image, 8x8 grid, K = 3, ConvNeXt of width 8..64, tiny CLIP."""
     values = dict(
         vision_pretrained=None,
         vision_depths=[1, 1, 1, 1],
@@ -32,7 +32,12 @@ def tiny_config(**overrides) -> TopKSigLIPConfig:
         embed_dim=16,
     )
     values.update(overrides)
-    return TopKSigLIPConfig(**values)
+    return values
+
+
+def tiny_config(**overrides) -> TopKSigLIPConfig:
+    """The tiny model configuration of :func:`tiny_values`."""
+    return TopKSigLIPConfig(**tiny_values(**overrides))
 
 
 def tiny_model(tmp_path: Path, **overrides) -> TopKSigLIP:

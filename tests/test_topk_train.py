@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from _topk_helpers import TINY_TEXT
+from _topk_helpers import tiny_values
 from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS
 from medvl_engine.evaluation.mammography import (
     MammoEvalOutputs,
@@ -58,18 +58,7 @@ def test_shuffle_sentences_keeps_every_sentence():
 )
 def test_training_steps_on_synthetic_mammograms(tmp_path, objective, target):
     task_config = TopKSigLIPTaskConfig(
-        vision_pretrained=None,
-        vision_depths=[1, 1, 1, 1],
-        vision_hidden_sizes=[8, 16, 32, 64],
-        image_size=256,
-        grid=8,
-        low_res_factor=2,
-        k=3,
-        tau_anneal_steps=4,
-        text_pretrained=None,
-        text_config=dict(TINY_TEXT),
-        context_length=200,
-        embed_dim=16,
+        **tiny_values(tau_anneal_steps=4, context_length=200),
         objective=objective,
         target=target,
         synthetic_train=4,
