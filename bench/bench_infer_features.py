@@ -17,7 +17,6 @@ Usage: bench_infer_features.py [--quick]   (--quick: one round each, fewer ViT p
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -41,37 +40,18 @@ class _Grid:
         self.level, self.target_mpp = 0, 0.5
 
 
-def _byte_symbols() -> list[str]:
-    """The 256 printable stand-ins byte-level BPE uses for raw bytes."""
-    printable = {
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    }
-    symbols, extra = [], 0
-    for byte in range(256):
-        if byte in printable:
-            symbols.append(chr(byte))
-        else:
-            symbols.append(chr(256 + extra))
-            extra += 1
-    return symbols
-
-
 def write_vit_b16_clip(folder: Path) -> Path:
     """A random CLIP with a ViT-B/16 vision tower (224 px, 12 x 768, 512-d projection)."""
-    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+    from transformers import CLIPConfig, CLIPModel
+
+    from medvl_engine.models._clip_text import write_byte_level_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
-    symbols = _byte_symbols()
-    tokens = symbols + [s + "</w>" for s in symbols] + ["<|startoftext|>", "<|endoftext|>"]
-    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    tokenizer = write_byte_level_tokenizer(folder)
     tokenizer.save_pretrained(folder)
     config = CLIPConfig(
         text_config={
-            "vocab_size": len(tokens),
+            "vocab_size": len(tokenizer),
             "hidden_size": 64,
             "intermediate_size": 128,
             "num_hidden_layers": 1,

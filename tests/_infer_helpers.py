@@ -9,30 +9,11 @@ import numpy as np
 import torch
 
 
-def _byte_symbols() -> list[str]:
-    """The 256 printable stand-ins byte-level BPE uses for raw bytes (GPT-2's table)."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    symbols, extra = [], 0
-    for byte in range(256):
-        if byte in printable:
-            symbols.append(chr(byte))
-        else:
-            symbols.append(chr(256 + extra))
-            extra += 1
-    return symbols
-
-
 def write_byte_bpe_tokenizer(folder: Path) -> int:
-    """Write vocab.json (256 byte symbols, also with "</w>", 2 specials) + merges.txt."""
-    symbols = _byte_symbols()
-    tokens = symbols + [s + "</w>" for s in symbols] + ["<|startoftext|>", "<|endoftext|>"]
-    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return len(tokens)
+    """Write the byte-level CLIP tokenizer files (514 ids, no merges); return the vocab size."""
+    from medvl_engine.models._clip_text import write_byte_level_tokenizer
+
+    return len(write_byte_level_tokenizer(folder))
 
 
 def make_tiny_clip(folder: Path, image_size: int = 32, projection_dim: int = 16) -> Path:
