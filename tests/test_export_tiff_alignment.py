@@ -59,6 +59,19 @@ def _read_levels(path):
         return [level.asarray() for level in tif.series[0].levels]
 
 
+def _saved_heatmap(tmp_path):
+    """The test store's heatmap saved as .npz (what `medvl export` reads)."""
+    store = _store()
+    return write_npz(
+        tmp_path / "h.npz",
+        _heatmap(store),
+        store.coords,
+        store.patch_size_level0,
+        store.mpp,
+        store.slide_dimensions,
+    )
+
+
 def test_tiff_from_a_real_slide_covers_it_and_puts_each_score_under_its_patch(tmp_path):
     from medvl_engine.io.slide import open_slide
     from medvl_engine.synthetic import make_synthetic_slide
@@ -167,16 +180,7 @@ def test_cli_export_writes_the_aligned_tiff(tmp_path):
     from medvl_engine.cli.main import main
     from medvl_engine.io.slide import open_slide
 
-    store = _store()
-    heatmap = _heatmap(store)
-    saved = write_npz(
-        tmp_path / "h.npz",
-        heatmap,
-        store.coords,
-        store.patch_size_level0,
-        store.mpp,
-        store.slide_dimensions,
-    )
+    saved = _saved_heatmap(tmp_path)
     out = tmp_path / "x.tiff"
     assert main(["export", str(saved), "--out", str(out)]) == 0
     with open_slide(out) as tiff:
@@ -236,16 +240,7 @@ def test_cli_tiff_options_choose_scores_and_downsample(tmp_path):
 
     from medvl_engine.cli.main import main
 
-    store = _store()
-    heatmap = _heatmap(store)
-    saved = write_npz(
-        tmp_path / "h.npz",
-        heatmap,
-        store.coords,
-        store.patch_size_level0,
-        store.mpp,
-        store.slide_dimensions,
-    )
+    saved = _saved_heatmap(tmp_path)
     out = tmp_path / "scores.tiff"
     argv = ["export", str(saved), "--out", str(out), "--tiff-values", "scores"]
     assert main([*argv, "--tiff-downsample", "20"]) == 0
