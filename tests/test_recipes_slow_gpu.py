@@ -50,6 +50,10 @@ def test_topksiglip_demo_is_well_above_chance(tmp_path, capsys):
     assert metrics["pointing_game"] > 2 * metrics["pointing_game_chance"]
     assert metrics["pixel_ap"] > 2 * metrics["pixel_ap_chance"]
     assert metrics["auroc_density_avg"] > 0.7
+    # Zero-shot with the paper's prompts on 96 held-out breasts (an AUROC moves by ~0.06).
+    assert metrics["auroc_cancer"] > 0.7
+    assert metrics["auroc_birads_avg"] > 0.6
+    assert metrics["auroc_findings_avg"] > 0.6
 
 
 @pytest.mark.gpu

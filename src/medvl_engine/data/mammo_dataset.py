@@ -145,6 +145,10 @@ class MammoDataset:
             self._cache[index] = loaded
         return loaded
 
+    def breast(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Unaugmented breast ``index``: image ``[S, S]`` float32 and ROI boxes ``[M, 4]``."""
+        return self._load(index)
+
     def sample(self, index: int, epoch: int = 0) -> BreastSample:
         """Sample ``index``; augmented (seeded by seed, epoch, index) when augment is set."""
         record = self.records[index]

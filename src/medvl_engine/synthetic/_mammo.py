@@ -35,6 +35,7 @@ __all__ = [
     "DENSITY_SENTENCES",
     "FINDING_SENTENCES",
     "NEGATIVE_FINDINGS",
+    "MAMMO_GENERATOR_VERSION",
     "MAMMO_SOP_CLASS",
     "SyntheticMammoCase",
     "birads_sentence",
@@ -43,6 +44,14 @@ __all__ = [
 ]
 
 MAMMO_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.1.2"
+MAMMO_GENERATOR_VERSION = 2
+"""Raised whenever the generator's output changes, so a cohort written before is not reused."""
+WINDOW_HEADROOM = 0.35
+"""Attenuation units the display window reaches above the densest tissue (99.5th percentile).
+
+Without it the densest fibroglandular tissue sits at the top of the window, and a mass or
+calcification on it is clipped to the same white and cannot be seen.
+"""
 BIRADS_SENTENCES: dict[int, str] = {
     1: "N – Negative.",
     2: "B – Benign.",
@@ -260,9 +269,12 @@ def _place_lesions(
     return lesions
 
 
+_RAW_PER_ATTENUATION = 2900.0
+
+
 def _to_stored(attenuation: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Raw detector values, MONOCHROME2 sense (dense = high), uint16 in [0, 4095]."""
-    raw = 60.0 + 2900.0 * attenuation + rng.normal(0.0, 12.0, attenuation.shape)
+    raw = 60.0 + _RAW_PER_ATTENUATION * attenuation + rng.normal(0.0, 12.0, attenuation.shape)
     return np.clip(np.round(raw), 0, 4095).astype(np.uint16)
 
 
@@ -287,6 +299,7 @@ def _write_dicom(
     stored = 4095 - pixels_mono2 if photometric == "MONOCHROME1" else pixels_mono2
     tissue = pixels_mono2[breast].astype(np.float64) * slope
     low, high = np.percentile(tissue, [0.5, 99.5]) if tissue.size else (0.0, 4095.0 * slope)
+    high += WINDOW_HEADROOM * _RAW_PER_ATTENUATION * slope
     if photometric == "MONOCHROME1":
         low, high = (4095 * slope - high, 4095 * slope - low)
     meta = FileMetaDataset()
@@ -340,6 +353,7 @@ def _write_png(path: Path, pixels_mono2: np.ndarray, breast: np.ndarray) -> None
 
     tissue = pixels_mono2[breast]
     low, high = np.percentile(tissue, [0.5, 99.5]) if tissue.size else (0, 4095)
+    high += WINDOW_HEADROOM * _RAW_PER_ATTENUATION
     display = np.clip((pixels_mono2 - low) / max(high - low, 1.0), 0.0, 1.0)
     image = Image.fromarray(np.round(display * 65535).astype(np.uint16))
     atomic_write(path, lambda temporary: image.save(temporary, format="PNG"), what="mammogram")

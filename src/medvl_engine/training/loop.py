@@ -135,6 +135,23 @@ def _next_batch(batches: Iterator[Any], task: Task, epoch: int, index: int) -> A
         ) from None
 
 
+def _optimizer_groups(task: Any, model: nn.Module, lr: float) -> list[dict[str, Any]]:
+    """AdamW parameter groups: the task's ``optimizer_groups`` (each with an ``lr_scale``),
+    else its ``trainable_parameters``, else every parameter that requires a gradient."""
+    if hasattr(task, "optimizer_groups"):
+        groups = [
+            {
+                "params": [p for p in group["params"] if p.requires_grad],
+                "lr": lr * float(group.get("lr_scale", 1.0)),
+            }
+            for group in task.optimizer_groups(model)
+        ]
+        return [group for group in groups if group["params"]]
+    if hasattr(task, "trainable_parameters"):
+        return [{"params": [p for p in task.trainable_parameters(model) if p.requires_grad]}]
+    return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+
+
 def train(task: Task, config: RunConfig) -> dict[str, Any]:
     """Train ``task`` with ``config``; returns a summary dict.
 
@@ -161,13 +178,11 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
     torch.manual_seed(config.seed)
 
     model = task.build_model().to(device)
-    if hasattr(task, "trainable_parameters"):
-        params = [p for p in task.trainable_parameters(model) if p.requires_grad]
-    else:
-        params = [p for p in model.parameters() if p.requires_grad]
+    groups = _optimizer_groups(task, model, config.lr)
+    params = [p for group in groups for p in group["params"]]
     if not params:
         raise ConfigError(f"task {task.name} has no trainable parameters; nothing to optimise.")
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
 
     batches_per_epoch = [
         task.num_batches(epoch, info.rank, info.world_size) for epoch in range(config.epochs)

@@ -30,6 +30,8 @@ Required members of a task::
 Optional members::
 
     trainable_parameters(model) -> Iterable[Parameter]   (default: requires_grad ones)
+    optimizer_groups(model) -> list[dict]   ({"params": [...], "lr_scale": float}; overrides
+        trainable_parameters: each group trains at run.lr * lr_scale)
     save_pretrained(model, directory) -> None   (export of the best and final model)
 """
 

@@ -79,6 +79,11 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     batch_size: int = 32
     augment: bool = True
     eval_k: int | None = None  # patches at evaluation (default k)
+    # ROI-supervised patch pretraining of the backbone before training (0: none); see
+    # medvl_engine.training.lesion_pretrain. For towers without pretrained weights.
+    lesion_pretrain_steps: int = 0
+    lesion_pretrain_lr: float = 1e-3
+    vision_lr_scale: float = 1.0  # the ConvNeXt backbone trains at run.lr * vision_lr_scale
     seed: int = 0
     install_as: str | None = None  # registered name whose cache folder receives the final model
 
@@ -201,6 +206,7 @@ class TopKSigLIPTask:
             else None
         )
         self._tokenizer = None
+        self.lesion_pretrain_loss: float | None = None  # mean of its last 20 steps
         self.last_metrics: dict[str, float] = {}
         # Optional sink for one-line progress messages (batches drawn, evaluations).
         self.progress: Callable[[str], None] | None = None
@@ -227,16 +233,55 @@ class TopKSigLIPTask:
         return train, evaluation
 
     def _synthetic_folder(self) -> Path:
-        """Cohort folder; its name carries the view size and seed so settings never mix."""
+        """Cohort folder; its name carries the view size, seed and generator version."""
+        from medvl_engine.synthetic import MAMMO_GENERATOR_VERSION
+
         rows, cols = (int(v) for v in self.config.synthetic_size)
         root = Path(self.config.synthetic_dir or self.out_dir / "synthetic")
-        return root / f"{rows}x{cols}_seed{self.config.synthetic_seed}"
+        return root / f"{rows}x{cols}_seed{self.config.synthetic_seed}_g{MAMMO_GENERATOR_VERSION}"
 
     # -- task contract ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
         model = build_topksiglip(self.config.model_config(), work_dir=self.out_dir / "tokenizer")
         self._tokenizer = model.tokenizer
+        if self.config.lesion_pretrain_steps > 0:
+            self._pretrain_backbone(model)
         return model
+
+    def _pretrain_backbone(self, model: TopKSigLIP) -> None:
+        """Lesion-vs-normal patch pretraining of the backbone (ROI boxes of the train split)."""
+        from medvl_engine.training.lesion_pretrain import (
+            lesion_patches,
+            pretrain_on_lesion_patches,
+        )
+
+        config = self.config
+        patches = lesion_patches(self.train_set, self.geometry.patch_size, seed=config.seed)
+        if self.progress is not None:
+            positives = int(patches.labels.sum())
+            self.progress(
+                f"lesion pretraining: {config.lesion_pretrain_steps} steps on {positives} ROI "
+                f"and {len(patches.labels) - positives} normal patches"
+            )
+        losses = pretrain_on_lesion_patches(
+            model.backbone,
+            patches,
+            config.lesion_pretrain_steps,
+            lr=config.lesion_pretrain_lr,
+            seed=config.seed,
+        )
+        tail = losses[-min(len(losses), 20) :]
+        self.lesion_pretrain_loss = sum(tail) / len(tail)
+
+    def optimizer_groups(self, model: nn.Module) -> list[dict[str, Any]]:
+        """The backbone at ``vision_lr_scale`` times the run's lr, everything else at 1x."""
+        inner = unwrap_model(model)
+        backbone = {id(p) for p in inner.backbone.parameters()}
+        rest = [p for p in inner.parameters() if id(p) not in backbone]
+        return [
+            {"params": rest, "lr_scale": 1.0},
+            {"params": list(inner.backbone.parameters()), "lr_scale": self.config.vision_lr_scale},
+        ]
 
     def _order(self, epoch: int, rank: int, world_size: int) -> list[int]:
         generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
