@@ -27,7 +27,7 @@ def test_output_into_a_closed_pipe_stops_quietly(sample_file):
         f"sys.exit(main(['info', *[{svs!r}] * 300]))"
     )
     pipeline = subprocess.run(
-        f"{sys.executable} -c \"{code}\" | head -n 1",
+        f'{sys.executable} -c "{code}" | head -n 1',
         shell=True,
         capture_output=True,
         text=True,
