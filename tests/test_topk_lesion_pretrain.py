@@ -135,6 +135,7 @@ def test_task_pretrains_the_backbone_and_trains_it_at_the_scaled_lr(tmp_path):
     model = task.build_model()
     assert task.lesion_pretrain_loss is not None and np.isfinite(task.lesion_pretrain_loss)
     assert any(m.startswith("lesion pretraining: 3 steps on ") for m in messages)
+    assert any(" -> " in m and "BCE" in m for m in messages)
     groups = task.optimizer_groups(model)
     backbone_ids = {id(p) for p in model.backbone.parameters()}
     assert {id(p) for p in groups[1]["params"]} == backbone_ids

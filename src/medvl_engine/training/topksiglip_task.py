@@ -272,6 +272,11 @@ class TopKSigLIPTask:
         )
         tail = losses[-min(len(losses), 20) :]
         self.lesion_pretrain_loss = sum(tail) / len(tail)
+        if self.progress is not None:
+            self.progress(
+                f"lesion pretraining: BCE {sum(losses[:20]) / len(losses[:20]):.3f} -> "
+                f"{self.lesion_pretrain_loss:.3f} (mean of the first / last 20 steps)"
+            )
 
     def optimizer_groups(self, model: nn.Module) -> list[dict[str, Any]]:
         """The backbone at ``vision_lr_scale`` times the run's lr, everything else at 1x."""
