@@ -36,10 +36,10 @@ def test_demo_name_resolves_in_the_cache_from_any_directory(tmp_path, monkeypatc
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    with pytest.raises(ModelNotFoundError, match=str(cache / "models" / "topksiglip-demo-v1")):
+    with pytest.raises(ModelNotFoundError, match=str(cache / "models" / "topksiglip-demo-v2")):
         resolve_model("topksiglip-demo")
     save_topksiglip(tiny_model(tmp_path), registered_model_dir("topksiglip-demo"))
-    assert resolve_model("topksiglip-demo") == cache / "models" / "topksiglip-demo-v1"
+    assert resolve_model("topksiglip-demo") == cache / "models" / "topksiglip-demo-v2"
     assert load_topksiglip("topksiglip-demo").config.grid == 8
 
 
@@ -71,7 +71,7 @@ def test_demo_scene_trains_the_missing_demo_model_into_the_cache(tmp_path, monke
     monkeypatch.setattr(_topksiglip_demo, "DEMO_CONFIG", _tiny_recipe())
     messages: list[str] = []
     demo._ensure_demo_topk_model("topksiglip-demo", messages.append)
-    folder = cache / "models" / "topksiglip-demo-v1"
+    folder = cache / "models" / "topksiglip-demo-v2"
     model = load_topksiglip("topksiglip-demo")
     assert (model.config.image_size, model.config.grid, int(model.train_forwards)) == (128, 4, 2)
     assert (cache / "runs" / "topksiglip-demo" / "final").is_dir()

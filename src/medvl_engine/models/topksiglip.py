@@ -63,7 +63,7 @@ MODEL_TYPE = "medvl-topksiglip"
 
 # Named models: name -> folder inside the cache (MEDVL_CACHE, default ~/.cache/medvl).
 MODEL_REGISTRY: dict[str, str] = {
-    "topksiglip-demo": "models/topksiglip-demo-v1",
+    "topksiglip-demo": "models/topksiglip-demo-v2",
 }
 
 

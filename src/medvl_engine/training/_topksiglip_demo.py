@@ -20,7 +20,7 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
     "run": {
         "lr": 2.0e-3,
         "weight_decay": 0.05,
-        "epochs": 6,
+        "epochs": 10,
         "warmup_steps": 10,
         "schedule": "cosine",
         "grad_clip": 1.0,
@@ -49,7 +49,7 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
         "k": 4,
         "tau_start": 1.0,
         "tau_end": 0.6666667,
-        "tau_anneal_steps": 600,
+        "tau_anneal_steps": 1000,
         "text_family": "bert",
         "text_pretrained": "all-MiniLM-L6-v2",
         "freeze_text": True,
@@ -64,7 +64,7 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
         "dice_weight": 5.0,
         "lesion_pretrain_steps": 800,
         "lesion_pretrain_lr": 1.0e-3,
-        "vision_lr_scale": 0.1,
+        "vision_lr_scale": 0.2,
         "install_as": "topksiglip-demo",
     },
 }
