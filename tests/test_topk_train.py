@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -173,3 +174,34 @@ def test_recipes_parse_with_the_paper_values():
     assert task.tau_end == pytest.approx(2 / 3)
     run, task = load_config(train_dir / "topksiglip_demo.yaml", [], CONFIG_CLASS)
     assert task.synthetic_train > 0 and task.synthetic_eval > 0 and task.k < 15
+
+
+def test_manifest_breasts_are_not_all_kept_in_memory(tmp_path):
+    from medvl_engine.synthetic import make_mammogram_cohort
+
+    make_mammogram_cohort(tmp_path / "cohort", 4, seed=3, size=(192, 128))
+    manifest = tmp_path / "cohort" / "manifest.csv"
+    with manifest.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with manifest.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows([{**row, "split": "train"} for row in rows])
+    task_config = TopKSigLIPTaskConfig(
+        **tiny_values(), manifest=str(manifest), eval_split="train", batch_size=2
+    )
+    task = build_task(task_config, RunConfig(out_dir=str(tmp_path / "run"), progress=False))
+    first = task.train_set.breast(0)[0]
+    assert task.train_set._cache is None and task.eval_set._cache is None
+    np.testing.assert_array_equal(task.train_set.breast(0)[0], first)  # decoded again, same
+    synthetic = build_task(
+        TopKSigLIPTaskConfig(
+            **tiny_values(),
+            synthetic_train=2,
+            synthetic_size=[192, 128],
+            synthetic_dir=str(tmp_path / "synthetic"),
+        ),
+        RunConfig(out_dir=str(tmp_path / "run2"), progress=False),
+    )
+    synthetic.train_set.breast(0)
+    assert 0 in synthetic.train_set._cache  # a small synthetic cohort stays decoded in memory

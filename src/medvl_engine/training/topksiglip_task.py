@@ -197,11 +197,16 @@ class TopKSigLIPTask:
         loader = load_breast
         if not config.manifest:  # synthetic: keep decoded breasts beside the cohort
             loader = disk_cached_loader(self._synthetic_folder() / "breasts", load_breast)
+        # A synthetic cohort is small enough to keep decoded in memory; a manifest may list
+        # hundreds of thousands of breasts, which are decoded again at each use.
+        in_memory = not config.manifest
         self.train_set = MammoDataset(
-            train_records, self.geometry, augment, seed=config.seed, loader=loader
+            train_records, self.geometry, augment, seed=config.seed, cache=in_memory, loader=loader
         )
         self.eval_set = (
-            MammoDataset(eval_records, self.geometry, None, seed=config.seed, loader=loader)
+            MammoDataset(
+                eval_records, self.geometry, None, seed=config.seed, cache=in_memory, loader=loader
+            )
             if eval_records
             else None
         )
