@@ -20,6 +20,8 @@ __all__ = [
     "DataError",
     "ExportError",
     "CancelledError",
+    "ResourceLimitError",
+    "UnsafeModelError",
 ]
 
 
@@ -67,3 +69,11 @@ class ExportError(MedVLError):
 
 class CancelledError(MedVLError):
     """A long-running job was cancelled by the user."""
+
+
+class ResourceLimitError(MedVLError):
+    """The input would need more memory or time than the configured limit allows."""
+
+
+class UnsafeModelError(ModelNotFoundError):
+    """A model folder or setting asks to run code or unpickle data, which is never done."""
