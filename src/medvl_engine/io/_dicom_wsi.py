@@ -3,29 +3,42 @@
 Each VOLUME instance of a series is one pyramid level; THUMBNAIL, LABEL and
 OVERVIEW instances become associated images. Only headers are parsed on open;
 frame (tile) byte ranges are located in the file and each frame is read with
-``os.pread`` and decoded with imagecodecs when a chunk needs it. TILED_FULL
-and TILED_SPARSE organisations are read (first focal plane and optical path).
+``os.pread`` and decoded with imagecodecs when a chunk needs it
+(:mod:`medvl_engine.io._dicom_tiles`). TILED_FULL and TILED_SPARSE
+organisations are read (first focal plane and optical path).
+
+Opening one file also reads up to 256 other ``*.dcm`` files beside it to find
+the rest of its series. Only the file the user opened can fail the open: a
+neighbour that is not a regular file (a FIFO, a device) is never opened, and
+one that cannot be read for any reason is skipped and counted in the
+``dicom.skipped_files`` property.
+
+Headers that would give wrong pixels are refused with a sentence instead of
+being guessed around (see :mod:`medvl_engine.io._dicom_tiles`). A Pixel
+Spacing that is not two positive numbers leaves the slide without an mpp
+(operations that need one refuse it) and says so in the
+``dicom.pixel_spacing_warning`` property.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import struct
-from collections.abc import Callable
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
-from medvl_engine.io._levels import (
-    LazyImages,
-    PositionalFile,
-    for_each_in_parallel,
-    to_rgb,
-    wrap_decode_errors,
+from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
+from medvl_engine.io._dicom_frames import DAMAGED
+from medvl_engine.io._dicom_tiles import FrameSource, whole_image
+from medvl_engine.io._dicom_values import (
+    as_list,
+    finite_number,
+    is_regular_file,
+    printable,
+    read_problem,
+    stated,
+    whole_number,
 )
+from medvl_engine.io._levels import LazyImages
 
 if TYPE_CHECKING:
     from medvl_engine.io.slide import Slide
@@ -50,202 +63,33 @@ _PUBLIC_KEYWORDS = (
     "SpecimenDescriptionSequence",
 )
 _ASSOCIATED_NAMES = {"THUMBNAIL": "thumbnail", "LABEL": "label", "OVERVIEW": "macro"}
-_ITEM_TAG = b"\xfe\xff\x00\xe0"
-_SEQUENCE_END_TAG = b"\xfe\xff\xdd\xe0"
 _MAX_SIBLINGS = 256
 
 
-def _codec(transfer_syntax: str) -> Callable[..., Any] | None:
-    """The imagecodecs decoder for an encapsulated transfer syntax, or None if uncompressed.
-
-    Raises LookupError for a transfer syntax that is not read here.
-    """
-    import imagecodecs
-
-    if transfer_syntax in ("1.2.840.10008.1.2", "1.2.840.10008.1.2.1"):
-        return None
-    table: dict[str, Callable[..., Any]] = {
-        "1.2.840.10008.1.2.4.50": imagecodecs.jpeg8_decode,
-        "1.2.840.10008.1.2.4.51": imagecodecs.jpeg8_decode,
-        "1.2.840.10008.1.2.4.57": imagecodecs.ljpeg_decode,
-        "1.2.840.10008.1.2.4.70": imagecodecs.ljpeg_decode,
-        "1.2.840.10008.1.2.4.80": imagecodecs.jpegls_decode,
-        "1.2.840.10008.1.2.4.81": imagecodecs.jpegls_decode,
-        "1.2.840.10008.1.2.4.90": imagecodecs.jpeg2k_decode,
-        "1.2.840.10008.1.2.4.91": imagecodecs.jpeg2k_decode,
-        "1.2.840.10008.1.2.4.201": imagecodecs.jpeg2k_decode,
-        "1.2.840.10008.1.2.4.202": imagecodecs.jpeg2k_decode,
-        "1.2.840.10008.1.2.4.203": imagecodecs.jpeg2k_decode,
-    }
-    return table[transfer_syntax]
-
-
 def _read_header(path: Path) -> tuple[Any, int]:
-    """(dataset without pixels, file offset of the Pixel Data element)."""
+    """(dataset without pixels, file offset just after the header).
+
+    Every element, nested ones included, is converted here, so that damaged values raise
+    now (where the caller decides whether the file may fail the open) and not later.
+    """
     import pydicom
 
-    with open(path, "rb") as handle:
-        dataset = pydicom.dcmread(handle, stop_before_pixels=True)
-        return dataset, handle.tell()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid values are reported by the checks below
+        with open(path, "rb") as handle:
+            dataset = pydicom.dcmread(handle, stop_before_pixels=True)
+            offset = handle.tell()
+        for _ in dataset.iterall():
+            pass
+    return dataset, offset
 
 
-def _frame_ranges(path: Path, dataset: Any, offset: int) -> list[tuple[int, int]]:
-    """(file offset, byte count) of every frame's encoded data, in frame order."""
-    frames = int(dataset.get("NumberOfFrames", 1) or 1)
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        tag = handle.read(4)
-        if tag != b"\xe0\x7f\x10\x00":
-            raise ValueError("Pixel Data element not found after the header")
-        vr = handle.read(2)
-        if vr in (b"OB", b"OW"):
-            handle.read(2)
-            (length,) = struct.unpack("<I", handle.read(4))
-        else:
-            (length,) = struct.unpack("<I", vr + handle.read(2))
-        start = handle.tell()
-        if length != 0xFFFFFFFF:
-            frame_bytes = (
-                int(dataset.Rows)
-                * int(dataset.Columns)
-                * int(dataset.SamplesPerPixel)
-                * int(dataset.BitsAllocated)
-                // 8
-            )
-            if frame_bytes * frames > length:
-                raise ValueError("Pixel Data is shorter than its frames")
-            return [(start + i * frame_bytes, frame_bytes) for i in range(frames)]
-        fragments: list[tuple[int, int]] = []
-        offsets_table: list[int] = []
-        first = True
-        while True:
-            item = handle.read(8)
-            if len(item) < 8:
-                raise ValueError("Pixel Data ends before its sequence delimiter")
-            if item[:4] == _SEQUENCE_END_TAG:
-                break
-            if item[:4] != _ITEM_TAG:
-                raise ValueError("unexpected element inside encapsulated Pixel Data")
-            (size,) = struct.unpack("<I", item[4:])
-            if first:
-                table = handle.read(size)
-                offsets_table = list(struct.unpack(f"<{size // 4}I", table)) if size else []
-                first = False
-                fragments_start = handle.tell()
-                continue
-            fragments.append((handle.tell(), size))
-            handle.seek(size, os.SEEK_CUR)
-    if len(fragments) == frames:
-        return fragments
-    if len(offsets_table) == frames:
-        grouped = []
-        bounds = [fragments_start + o for o in offsets_table] + [math.inf]
-        for index in range(frames):
-            parts = [f for f in fragments if bounds[index] <= f[0] - 8 < bounds[index + 1]]
-            if not parts:
-                raise ValueError(f"frame {index} has no fragments")
-            grouped.append((parts[0][0], parts[-1][0] + parts[-1][1] - parts[0][0]))
-        return grouped
-    raise ValueError(f"{len(fragments)} fragments cannot be assigned to {frames} frames")
-
-
-class _FrameSource:
-    """Pixels of one SM instance, tile by tile; rows, cols in the instance's total pixel matrix."""
-
-    def __init__(self, path: Path, dataset: Any, pixel_offset: int, level: int) -> None:
-        self.path = path
-        self.tile_hw = (int(dataset.Rows), int(dataset.Columns))
-        width = int(dataset.get("TotalPixelMatrixColumns") or dataset.Columns)
-        height = int(dataset.get("TotalPixelMatrixRows") or dataset.Rows)
-        self.shape = (height, width, 3)
-        self.dtype = np.dtype(np.uint8)
-        self.samples = int(dataset.SamplesPerPixel)
-        self.planar = int(dataset.get("PlanarConfiguration", 0) or 0)
-        if int(dataset.BitsAllocated) != 8:
-            raise UnsupportedFormatError(
-                f"{path.name}: {int(dataset.BitsAllocated)}-bit samples are not an 8-bit "
-                "brightfield slide; convert it to 8-bit RGB.",
-                path,
-            )
-        transfer_syntax = str(dataset.file_meta.TransferSyntaxUID)
-        try:
-            self.codec = _codec(transfer_syntax)
-        except LookupError:
-            raise UnsupportedFormatError(
-                f"{path.name}: slide tiles use transfer syntax {transfer_syntax}, which is not "
-                "read here; convert the slide to JPEG, JPEG 2000 or uncompressed tiles.",
-                path,
-            ) from None
-        self.ranges = _frame_ranges(path, dataset, pixel_offset)
-        self.frame_of = self._frame_map(dataset)
-        self.file = PositionalFile(path)
-        self.read = wrap_decode_errors(path, level)(self._read)
-
-    def _frame_map(self, dataset: Any) -> dict[tuple[int, int], int]:
-        tile_h, tile_w = self.tile_hw
-        across = math.ceil(self.shape[1] / tile_w)
-        down = math.ceil(self.shape[0] / tile_h)
-        organisation = str(dataset.get("DimensionOrganizationType", "TILED_FULL")).upper()
-        per_frame = dataset.get("PerFrameFunctionalGroupsSequence")
-        if organisation == "TILED_SPARSE" and per_frame:
-            mapping: dict[tuple[int, int], int] = {}
-            for index, group in enumerate(per_frame):
-                position = group.PlanePositionSlideSequence[0]
-                row = (int(position.RowPositionInTotalImagePixelMatrix) - 1) // tile_h
-                col = (int(position.ColumnPositionInTotalImagePixelMatrix) - 1) // tile_w
-                mapping.setdefault((row, col), index)
-            return mapping
-        count = min(len(self.ranges), across * down)
-        return {(i // across, i % across): i for i in range(count)}
-
-    def _frame(self, index: int) -> np.ndarray:
-        offset, count = self.ranges[index]
-        data = self.file.read(offset, count)
-        if len(data) != count:
-            raise ValueError("frame data ends before its recorded length")
-        tile_h, tile_w = self.tile_hw
-        if self.codec is None:
-            pixels = np.frombuffer(data, np.uint8)
-            if self.planar and self.samples > 1:
-                return pixels.reshape(self.samples, tile_h, tile_w).transpose(1, 2, 0)
-            return pixels.reshape(tile_h, tile_w, self.samples)
-        pixels = np.asarray(self.codec(data))
-        if pixels.shape[:2] != (tile_h, tile_w):
-            raise ValueError(f"frame {index} decodes to {pixels.shape[:2]}, not {self.tile_hw}")
-        return pixels
-
-    def _read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
-        out = np.full((y1 - y0, x1 - x0, 3), 255, np.uint8)
-        if y1 <= y0 or x1 <= x0:
-            return out
-        tile_h, tile_w = self.tile_hw
-        cells = [
-            (row, col)
-            for row in range(y0 // tile_h, (y1 - 1) // tile_h + 1)
-            for col in range(x0 // tile_w, (x1 - 1) // tile_w + 1)
-            if (row, col) in self.frame_of
-        ]
-
-        def place(cell: tuple[int, int]) -> None:
-            row, col = cell
-            tile = to_rgb(self._frame(self.frame_of[(row, col)]))
-            ty, tx = row * tile_h, col * tile_w
-            sy0, sy1 = max(y0, ty), min(y1, ty + tile_h)
-            sx0, sx1 = max(x0, tx), min(x1, tx + tile_w)
-            out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = tile[
-                sy0 - ty : sy1 - ty, sx0 - tx : sx1 - tx
-            ]
-
-        for_each_in_parallel(place, cells)
-        return out
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def _whole_image(source: _FrameSource) -> Callable[[], np.ndarray]:
-    height, width, _ = source.shape
-    return lambda: source.read(0, height, 0, width)
+def _declared_width(dataset: Any) -> int:
+    """The width the header states, for ordering levels only (0 when it is unreadable)."""
+    width = whole_number(dataset.get("TotalPixelMatrixColumns"))
+    if width is None:
+        width = whole_number(dataset.get("Columns"))
+    return width or 0
 
 
 def _is_dicom(path: Path) -> bool:
@@ -257,44 +101,156 @@ def _is_dicom(path: Path) -> bool:
     return len(head) == 132 and head[128:132] == b"DICM"
 
 
-def _series_files(path: Path) -> list[Path]:
+def _series_files(path: Path) -> tuple[list[Path], int]:
+    """(files to read, the opened one first; count of ``*.dcm`` FIFOs, devices and sockets).
+
+    Such special files are never opened: reading a FIFO waits for a writer forever.
+    """
     if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.is_file() and _is_dicom(p))
+        entries = sorted(path.iterdir())
+        regular = [p for p in entries if is_regular_file(p)]
+        named = [p for p in entries if p.suffix.lower() == ".dcm"]
+        return [p for p in regular if _is_dicom(p)], _count_special(named, regular)
     siblings = sorted(p for p in path.parent.glob("*.dcm") if p != path)[:_MAX_SIBLINGS]
-    return [path, *siblings]
+    regular = [p for p in siblings if is_regular_file(p)]
+    return [path, *regular], _count_special(siblings, regular)
+
+
+def _count_special(candidates: list[Path], regular: list[Path]) -> int:
+    kept = set(regular)
+    return sum(1 for p in candidates if p not in kept and not p.is_dir())
 
 
 def _image_flavour(dataset: Any) -> str:
-    image_type = [str(v).upper() for v in (dataset.get("ImageType") or [])]
+    image_type = [str(v).upper() for v in as_list(dataset.get("ImageType"))]
     return image_type[2] if len(image_type) > 2 else "VOLUME"
+
+
+def _modality(dataset: Any) -> str:
+    return (printable(dataset.get("Modality")) or "").upper()
+
+
+def _slide_mpp(dataset: Any) -> tuple[tuple[float, float] | None, str | None]:
+    """((x, y) µm per pixel or None, a warning when the stated spacing is impossible)."""
+    try:
+        measures = dataset.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
+        spacing = measures.get("PixelSpacing")
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None, None
+    if spacing is None or spacing == "":
+        return None, None
+    values = [finite_number(v) for v in as_list(spacing)]
+    if len(values) != 2 or any(v is None or v <= 0 for v in values):
+        return None, (
+            f"Pixel Spacing {stated(spacing)} mm is not two positive numbers, so the slide's "
+            "pixel size is unknown"
+        )
+    row_mm, col_mm = values
+    return (col_mm * 1000.0, row_mm * 1000.0), None
+
+
+def _objective_power(dataset: Any) -> float | None:
+    for item in dataset.get("OpticalPathSequence") or []:
+        power = finite_number(item.get("ObjectiveLensPower"))
+        if power is not None and power > 0:
+            return power
+    return None
+
+
+def _headers(path: Path) -> tuple[list[tuple[Path, Any, int]], int]:
+    """(readable headers, the opened file's first; count of skipped neighbours)."""
+    files, skipped = _series_files(path)
+    headers: list[tuple[Path, Any, int]] = []
+    for index, candidate in enumerate(files):
+        try:
+            dataset, offset = _read_header(candidate)
+        except Exception as error:  # pydicom raises many types for damaged files
+            if index == 0 and not path.is_dir():
+                raise CorruptFileError(
+                    f"{path.name}: {read_problem(error)}; re-copy or re-export it.", path
+                ) from error
+            skipped += 1
+            continue
+        headers.append((candidate, dataset, offset))
+    return headers, skipped
+
+
+def _volume_sources(
+    path: Path, volumes: list[tuple[Path, Any, int]]
+) -> tuple[list[FrameSource], int]:
+    """One source per pyramid level, largest first; damaged neighbours are skipped (counted)."""
+    volumes = sorted(volumes, key=lambda h: -_declared_width(h[1]))
+    sources: list[FrameSource] = []
+    skipped = 0
+    widths: set[int] = set()
+    for candidate, dataset, offset in volumes:
+        if _declared_width(dataset) in widths and candidate != path:
+            continue  # another focal plane or optical path of a level already kept
+        try:
+            source = FrameSource(candidate, dataset, offset, len(sources))
+        except Exception:
+            if candidate == path:
+                for kept in sources:
+                    kept.close()
+                raise
+            skipped += 1
+            continue
+        if source.shape[1] in widths:
+            source.close()
+            continue
+        widths.add(source.shape[1])
+        sources.append(source)
+    return sources, skipped
+
+
+def _associated_sources(
+    path: Path, headers: list[tuple[Path, Any, int]]
+) -> tuple[dict[str, FrameSource], int]:
+    associated: dict[str, FrameSource] = {}
+    skipped = 0
+    for candidate, dataset, offset in headers:
+        name = _ASSOCIATED_NAMES.get(_image_flavour(dataset))
+        if not name or name in associated:
+            continue
+        try:
+            associated[name] = FrameSource(candidate, dataset, offset, 0)
+        except Exception:
+            if candidate == path:
+                for kept in associated.values():
+                    kept.close()
+                raise
+            skipped += 1
+        else:
+            associated[name].label = f"the {name} image"
+    return associated, skipped
 
 
 def open_dicom_slide(path: Path) -> Slide:
     """Open a DICOM SM file (with the other instances of its series beside it) or a folder."""
+    try:
+        return _open(path)
+    except MedVLError:
+        raise
+    except Exception as error:  # pydicom converts values lazily: damage can surface anywhere
+        raise CorruptFileError(
+            f"{path.name}: {read_problem(error)}; re-copy or re-export it.", path
+        ) from error
+
+
+def _open(path: Path) -> Slide:
     import pydicom
-    from pydicom.errors import InvalidDicomError
 
     from medvl_engine.io.slide import Slide
 
-    headers: list[tuple[Path, Any, int]] = []
-    for index, candidate in enumerate(_series_files(path)):
-        try:
-            dataset, offset = _read_header(candidate)
-        except (InvalidDicomError, OSError, ValueError, EOFError, struct.error) as error:
-            if index == 0 and not path.is_dir():
-                raise CorruptFileError(
-                    f"{path.name}: the DICOM header could not be read ({error}); the file is "
-                    "damaged or truncated, re-copy or re-export it.",
-                    path,
-                ) from error
-            continue
-        headers.append((candidate, dataset, offset))
+    headers, skipped = _headers(path)
     if not headers:
+        extra = f" ({skipped} could not be read)" if skipped else ""
         raise UnsupportedFormatError(
-            f"{path.name}: holds no DICOM files; give a DICOM WSI file or its folder.", path
+            f"{path.name}: holds no DICOM files{extra}; give a DICOM WSI file or its folder.",
+            path,
         )
     if not path.is_dir():
-        modality = str(headers[0][1].get("Modality", "")).upper()
+        modality = _modality(headers[0][1])
         if modality != "SM":
             raise UnsupportedFormatError(
                 f"{path.name}: is a DICOM {modality or 'non-slide'} image, not a whole-slide "
@@ -303,61 +259,44 @@ def open_dicom_slide(path: Path) -> Slide:
             )
         series = headers[0][1].get("SeriesInstanceUID")
         headers = [h for h in headers if h[1].get("SeriesInstanceUID") == series]
-    headers = [h for h in headers if str(h[1].get("Modality", "")).upper() == "SM"]
+    headers = [h for h in headers if _modality(h[1]) == "SM"]
     volumes = [h for h in headers if _image_flavour(h[1]) == "VOLUME"]
     if not volumes:
         raise UnsupportedFormatError(
             f"{path.name}: no DICOM whole-slide (SM) VOLUME image found; give a DICOM WSI.", path
         )
     if path.is_dir():
-        largest = max(volumes, key=lambda h: int(h[1].get("TotalPixelMatrixColumns") or 0))
+        largest = max(volumes, key=lambda h: _declared_width(h[1]))
         series = largest[1].get("SeriesInstanceUID")
         headers = [h for h in headers if h[1].get("SeriesInstanceUID") == series]
         volumes = [h for h in volumes if h[1].get("SeriesInstanceUID") == series]
 
-    volumes.sort(key=lambda h: -int(h[1].get("TotalPixelMatrixColumns") or h[1].Columns))
-    sources: list[_FrameSource] = []
-    associated: dict[str, _FrameSource] = {}
-    seen_widths: set[int] = set()
-    try:
-        for candidate, dataset, offset in volumes:
-            width = int(dataset.get("TotalPixelMatrixColumns") or dataset.Columns)
-            if width in seen_widths:
-                continue  # another focal plane or optical path of a level already kept
-            seen_widths.add(width)
-            sources.append(_FrameSource(candidate, dataset, offset, len(sources)))
-        for candidate, dataset, offset in headers:
-            name = _ASSOCIATED_NAMES.get(_image_flavour(dataset))
-            if name and name not in associated:
-                associated[name] = _FrameSource(candidate, dataset, offset, 0)
-    except (ValueError, KeyError, AttributeError, struct.error, OSError) as error:
-        for source in [*sources, *associated.values()]:
-            source.close()
+    sources, skipped_volumes = _volume_sources(path, volumes)
+    if not sources:
         raise CorruptFileError(
-            f"{path.name}: the DICOM pixel data layout could not be read ({error}); the file "
-            "is damaged or truncated, re-copy or re-export it.",
+            f"{path.name}: none of the {len(volumes)} whole-slide image files of its series "
+            f"could be read; {DAMAGED}",
             path,
-        ) from error
-
-    base = volumes[0][1]
-    mpp = None
+        )
     try:
-        measures = base.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
-        row_mm, col_mm = (float(v) for v in measures.PixelSpacing)
-        if row_mm > 0 and col_mm > 0:
-            mpp = (col_mm * 1000.0, row_mm * 1000.0)
-    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
-        mpp = None
-    objective = None
-    for item in base.get("OpticalPathSequence") or []:
-        if item.get("ObjectiveLensPower") not in (None, ""):
-            objective = float(item.ObjectiveLensPower)
-            break
+        associated, skipped_associated = _associated_sources(path, headers)
+    except Exception:
+        for source in sources:
+            source.close()
+        raise
+    skipped += skipped_volumes + skipped_associated
+
+    base = next(d for p, d, _ in volumes if p == sources[0].path)
+    mpp, spacing_warning = _slide_mpp(base)
     properties: dict[str, Any] = {
-        "dicom.TransferSyntaxUID": str(base.file_meta.TransferSyntaxUID),
+        "dicom.TransferSyntaxUID": str(base.file_meta.get("TransferSyntaxUID", "")),
         "dicom.SeriesInstanceUID": str(base.get("SeriesInstanceUID", "")),
         "dicom.DimensionOrganizationType": str(base.get("DimensionOrganizationType", "")),
     }
+    if skipped:
+        properties["dicom.skipped_files"] = skipped
+    if spacing_warning:
+        properties["dicom.pixel_spacing_warning"] = spacing_warning
     for keyword in _PUBLIC_KEYWORDS:
         value = base.get(keyword)
         if value not in (None, "") and not isinstance(value, pydicom.Sequence):
@@ -374,11 +313,11 @@ def open_dicom_slide(path: Path) -> Slide:
         [source.tile_hw for source in sources],
         vendor="dicom",
         mpp=mpp,
-        objective_power=objective,
+        objective_power=_objective_power(base),
         properties=properties,
         private_properties=private,
         associated_images=LazyImages(
-            path, {name: _whole_image(source) for name, source in associated.items()}
+            path, {name: whole_image(source) for name, source in associated.items()}
         ),
         closers=closers,
     )
