@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from medvl_engine._reason import error_reason
 from medvl_engine.errors import (
     CorruptFileError,
     MedVLError,
@@ -137,7 +138,7 @@ def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
     try:
         pixels = dataset.pixel_array
     except Exception as error:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        detail = error_reason(error) or type(error).__name__
         raise CorruptFileError(
             f"{path.name}: the pixel data could not be decoded ({detail}); the file is "
             "damaged or truncated, re-copy or re-export it.",

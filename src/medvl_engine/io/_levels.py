@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import dask.array as da
 import numpy as np
 
+from medvl_engine._reason import error_reason
 from medvl_engine.errors import CorruptFileError, MedVLError
 
 __all__ = [
@@ -199,7 +200,7 @@ def wrap_decode_errors(path: os.PathLike | str, level: int) -> Callable:
                 raise
             except Exception as error:  # decoders raise many unrelated types
                 name = os.path.basename(os.fspath(path))
-                detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                detail = error_reason(error)
                 detail = detail or type(error).__name__
                 raise CorruptFileError(
                     f"{name}: pixel data of level {level} could not be decoded ({detail}); "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from medvl_engine._reason import error_reason
 from medvl_engine.errors import (
     CorruptFileError,
     MedVLError,
@@ -66,7 +67,7 @@ def open_mammogram(path: str | os.PathLike, voi_index: int = 0) -> Mammogram:
         except MedVLError:
             raise
         except Exception as error:  # pydicom parses values lazily: damage surfaces anywhere
-            detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            detail = error_reason(error)
             raise CorruptFileError(
                 f"{path.name}: the DICOM file could not be read ({detail or type(error).__name__});"
                 " it is damaged or truncated, re-copy or re-export it.",

@@ -21,6 +21,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from medvl_engine._reason import error_reason
 from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
 from medvl_engine.io._levels import as_dask_level
 
@@ -187,7 +188,7 @@ def _file_token(path: Path) -> str:
         key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     except OSError:
         key = str(path)
-    return hashlib.sha1(key.encode()).hexdigest()[:16]
+    return hashlib.sha1(os.fsencode(key)).hexdigest()[:16]
 
 
 def sniff_kind(path: Path) -> str:
@@ -224,7 +225,7 @@ def open_slide(path: str | os.PathLike) -> Slide:
     except MedVLError:
         raise
     except Exception as error:  # a damaged header trips the parsers in many ways
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        detail = error_reason(error)
         raise CorruptFileError(
             f"{path.name}: the file could not be read ({detail or type(error).__name__}); it is "
             "damaged or truncated, re-copy or re-export it.",
