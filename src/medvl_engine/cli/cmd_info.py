@@ -1,12 +1,18 @@
-"""`medvl info PATH...`: what the engine knows of each slide or mammogram."""
+"""`medvl info PATH...`: what the engine knows of each slide or mammogram.
+
+By default only technical properties are shown (see :mod:`medvl_engine._privacy`): no scan
+dates or times, scanner, image or study identifiers, DICOM instance UIDs, patient or
+institution fields. ``--identifying`` shows every property and the patient fields.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from medvl_engine.cli._console import printable
 
 HELP = "describe slides and mammograms (levels, mpp, laterality, view, VOI, ...)"
 
@@ -24,13 +30,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "grayscale = mammogram)",
     )
     parser.add_argument(
+        "--identifying",
         "--show-phi",
+        dest="identifying",
         action="store_true",
-        help="also print patient-identifying fields (names, IDs, birth date, accession number)",
+        help="also print fields that may identify a patient, scan or scanner (names, IDs, "
+        "birth date, accession number, scan date and time, scanner and image IDs, UIDs)",
     )
 
 
-def describe_slide(path: Path, show_phi: bool) -> dict[str, Any]:
+def _properties(
+    info: dict[str, Any], properties: dict, private: dict, identifying: bool
+) -> dict[str, Any]:
+    """Add the shown properties (and with ``identifying`` the patient fields) to ``info``."""
+    from medvl_engine._privacy import split_identifying
+
+    if identifying:
+        info["properties"] = _plain(properties)
+        info["patient_data"] = _plain(private)
+        return info
+    shown, withheld = split_identifying(properties)
+    info["properties"] = _plain(shown)
+    info["withheld_fields"] = len(withheld) + len(private)
+    return info
+
+
+def describe_slide(path: Path, identifying: bool = False) -> dict[str, Any]:
     from medvl_engine.io.slide import open_slide
 
     with open_slide(path) as slide:
@@ -56,14 +81,12 @@ def describe_slide(path: Path, show_phi: bool) -> dict[str, Any]:
                 )
             ],
             "associated_images": sorted(slide.associated_images),
-            "properties": _plain(slide.properties),
         }
-        if show_phi:
-            info["patient_data"] = _plain(slide.private_properties)
+        _properties(info, slide.properties, slide.private_properties, identifying)
     return info
 
 
-def describe_mammogram(path: Path, show_phi: bool) -> dict[str, Any]:
+def describe_mammogram(path: Path, identifying: bool = False) -> dict[str, Any]:
     from medvl_engine.io.mammo import open_mammogram
 
     mammogram = open_mammogram(path)
@@ -79,11 +102,8 @@ def describe_mammogram(path: Path, show_phi: bool) -> dict[str, Any]:
         "presentation_intent": mammogram.presentation_intent,
         "voi": mammogram.voi,
         "voi_choices": mammogram.voi_choices,
-        "properties": _plain(mammogram.properties),
     }
-    if show_phi:
-        info["patient_data"] = _plain(mammogram.private_properties)
-    return info
+    return _properties(info, mammogram.properties, mammogram.private_properties, identifying)
 
 
 def _plain(values: dict) -> dict:
@@ -96,7 +116,7 @@ def _plain(values: dict) -> dict:
 def _format_text(info: dict[str, Any]) -> str:
     lines = [f"{info['path']}"]
     for key, value in info.items():
-        if key in ("path", "properties", "patient_data", "levels"):
+        if key in ("path", "properties", "patient_data", "levels", "withheld_fields"):
             continue
         lines.append(f"  {key}: {value}")
     for index, level in enumerate(info.get("levels", [])):
@@ -111,10 +131,16 @@ def _format_text(info: dict[str, Any]) -> str:
             for key, value in info[title].items():
                 text = str(value).replace("\r", " ").replace("\n", " ")
                 lines.append(f"    {key}: {text[:200]}")
-    return "\n".join(lines)
+    if info.get("withheld_fields"):
+        lines.append(
+            f"  {info['withheld_fields']} more field(s) withheld: they may identify the patient, "
+            "scan or scanner (show them with --identifying)"
+        )
+    return printable("\n".join(lines))
 
 
 def run(args: argparse.Namespace) -> int:
+    from medvl_engine.cli._console import report_error
     from medvl_engine.errors import MedVLError
     from medvl_engine.io.kind import detect_kind
 
@@ -125,9 +151,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             kind = args.kind if args.kind != "auto" else detect_kind(path)
             describe = describe_slide if kind == "slide" else describe_mammogram
-            info = describe(path, args.show_phi)
+            info = describe(path, args.identifying)
         except MedVLError as error:
-            print(f"medvl: error: {error}", file=sys.stderr)
+            if getattr(args, "debug", False):
+                raise
+            report_error("medvl", error, verbose=getattr(args, "verbose", False))
             status = 2
             continue
         described.append(info)

@@ -4,6 +4,10 @@ Subcommands live in modules named ``cmd_<name>.py`` in this package. Each one
 defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``,
 keeps heavy imports inside ``run`` so that ``medvl --help`` stays fast, and is
 discovered here without a central list to edit.
+
+On failure stderr holds one line, our sentence (exit status 2); ``--verbose`` adds the
+underlying reasons and lets the file-format libraries' warnings through, ``--debug`` raises
+with the traceback. SIGTERM stops a command like Ctrl-C does, through its cleanup (exit 143).
 """
 
 from __future__ import annotations
@@ -15,9 +19,13 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+from medvl_engine._termination import Terminated, stop_signals_raise
+from medvl_engine.cli._console import command_session, report_error, report_stop
 from medvl_engine.errors import MedVLError
 
 __all__ = ["build_parser", "main"]
+
+PROGRAM = "medvl"
 
 
 def _command_modules() -> list[tuple[str, object]]:
@@ -31,24 +39,35 @@ def _command_modules() -> list[tuple[str, object]]:
     return found
 
 
+def add_output_options(parser: argparse.ArgumentParser, *, in_subcommand: bool) -> None:
+    """``--verbose`` and ``--debug``, accepted before and after the subcommand's name."""
+    # a subcommand's copy must not overwrite what was given before the subcommand
+    default = argparse.SUPPRESS if in_subcommand else False
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="on failure also print the underlying reasons, and show the file libraries' warnings",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", default=default, help="show full tracebacks"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `medvl` parser with every discovered subcommand."""
     parser = argparse.ArgumentParser(
-        prog="medvl",
+        prog=PROGRAM,
         description="Slides and mammograms, vision-language heatmaps and TopK patches, headless.",
     )
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    add_output_options(parser, in_subcommand=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in _command_modules():
         sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
+        add_output_options(sub, in_subcommand=True)
         sub.set_defaults(_run=module.run)
     return parser
-
-
-def report_error(error: BaseException) -> None:
-    """Print a user-facing error as one line on stderr."""
-    print(f"medvl: error: {error}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,20 +78,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
-    except MedVLError as error:
-        if args.debug:
-            raise
-        report_error(error)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("medvl: interrupted", file=sys.stderr)
-        return 130
+        with stop_signals_raise(), command_session(verbose=args.verbose or args.debug):
+            return _run_command(args)
     except BrokenPipeError:
         # the reader of our output (e.g. `| head`) went away: stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    try:
+        return int(args._run(args) or 0)
+    except MedVLError as error:
+        if args.debug:
+            raise
+        report_error(PROGRAM, error, verbose=args.verbose)
+        return error.exit_code
+    except KeyboardInterrupt:
+        report_stop(PROGRAM, "interrupted")
+        return 130
+    except Terminated as stop:
+        report_stop(PROGRAM, "stopped (SIGTERM)")
+        return int(stop.code)
 
 
 if __name__ == "__main__":

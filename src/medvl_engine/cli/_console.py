@@ -1,0 +1,125 @@
+"""How `medvl` and `medvl-train` talk on the terminal.
+
+On failure stderr holds one line: our sentence. For the run of a command the log records and
+Python warnings of the file-format libraries are kept off the terminal (``--verbose`` lets
+them through and adds the underlying reasons after the sentence); a progress line that is
+still open (``\\r``-rewritten, no newline yet) is ended before anything else is printed; file
+names that are not valid UTF-8 are shown with their raw bytes as ``\\xNN``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from medvl_engine._reason import one_line
+
+__all__ = [
+    "LIBRARY_LOGGERS",
+    "command_session",
+    "end_progress_line",
+    "printable",
+    "report_error",
+    "report_stop",
+]
+
+LIBRARY_LOGGERS = (
+    "tifffile",
+    "tiffslide",
+    "pydicom",
+    "zarr",
+    "numcodecs",
+    "imagecodecs",
+    "PIL",
+    "fsspec",
+    "h5py",
+)
+"""Loggers (and the packages whose warnings) kept quiet during a command unless ``--verbose``."""
+
+_LIBRARY_MODULES = r"(" + "|".join(LIBRARY_LOGGERS) + r")(\.|$)"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print anywhere: undecodable file-name bytes (surrogate escapes, as in
+    ``os.fsdecode``) become ``\\xNN``, other unencodable characters ``\\uNNNN``."""
+    raw = text.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+class _LineTracker:
+    """Wraps a text stream and remembers whether the last line written to it is unfinished."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.line_open = False
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        if text:
+            self.line_open = not text.endswith("\n")
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def end_progress_line() -> None:
+    """Finish a ``\\r`` progress line on stderr, if one is open, so the next text starts a line."""
+    stream = sys.stderr
+    if isinstance(stream, _LineTracker) and stream.line_open:
+        stream.write("\n")
+        stream.flush()
+
+
+@contextlib.contextmanager
+def command_session(verbose: bool = False) -> Iterator[None]:
+    """The run of one command: stderr line tracking and, unless ``verbose``, quiet libraries.
+
+    Log records of :data:`LIBRARY_LOGGERS` (at any level) and Python warnings raised from
+    those packages are dropped; everything is put back as it was when the block ends.
+    """
+    original_stderr = sys.stderr
+    sys.stderr = _LineTracker(original_stderr)  # type: ignore[assignment]
+    loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    try:
+        with warnings.catch_warnings():
+            if not verbose:
+                warnings.filterwarnings("ignore", module=_LIBRARY_MODULES)
+                for logger in loggers:
+                    logger.setLevel(logging.CRITICAL + 1)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        if sys.stderr is not original_stderr and isinstance(sys.stderr, _LineTracker):
+            sys.stderr = original_stderr
+
+
+def report_error(program: str, error: BaseException, verbose: bool = False) -> None:
+    """Print ``error`` as one line "program: error: sentence" on stderr.
+
+    With ``verbose``, each underlying exception (``__cause__`` / ``__context__`` chain) follows
+    on its own "program: reason: Type: text" line, its text unshortened.
+    """
+    end_progress_line()
+    print(f"{program}: error: {printable(one_line(str(error)))}", file=sys.stderr, flush=True)
+    if not verbose:
+        return
+    seen = {id(error)}
+    cause = error.__cause__ or error.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        text = one_line(str(cause), limit=1_000_000)
+        print(f"{program}: reason: {type(cause).__name__}: {printable(text)}", file=sys.stderr)
+        cause = cause.__cause__ or cause.__context__
+
+
+def report_stop(program: str, message: str) -> None:
+    """Print why the run stopped early ("interrupted", "stopped by SIGTERM") on its own line."""
+    end_progress_line()
+    print(f"{program}: {message}", file=sys.stderr, flush=True)
