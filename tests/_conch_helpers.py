@@ -1,10 +1,15 @@
-"""A tiny stand-in for the optional `conch` package and for MahmoodLab/TITAN, for offline tests.
+"""A tiny stand-in for the optional `conch` package, and tiny real CONCH v1.5 folders, for tests.
 
-It follows CONCH's public conventions: `create_model_from_pretrained(cfg, checkpoint_path=...)`
--> (CoCa-like model, preprocess); `get_tokenizer()` -> PreTrainedTokenizerFast with
-<start_of_text>/<end_of_text>/<pad>; `tokenize(tokenizer, texts)` -> ids [T, 128] (127 padded +
-one <pad> slot for <cls>); `transformer.TextTransformer` appends <cls>, masks <pad> and pools
-the <cls> state through `text_projection` [width, embed_dim].
+The CONCH v1.5 folders hold a small randomly initialised tower of medvl's own architecture, in
+the two layouts medvl reads: a MahmoodLab/TITAN-shaped snapshot (whose Python files must never
+run) and medvl's own "conch-v1.5" folder.
+
+The `conch` stand-in follows CONCH's public conventions:
+`create_model_from_pretrained(cfg, checkpoint_path=...)` -> (CoCa-like model, preprocess);
+`get_tokenizer()` -> PreTrainedTokenizerFast with <start_of_text>/<end_of_text>/<pad>;
+`tokenize(tokenizer, texts)` -> ids [T, 128] (127 padded + one <pad> slot for <cls>);
+`transformer.TextTransformer` appends <cls>, masks <pad> and pools the <cls> state through
+`text_projection` [width, embed_dim].
 """
 
 from __future__ import annotations
@@ -193,31 +198,77 @@ def write_conch_checkpoint(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-class FakeTitan(nn.Module):
-    """Stands in for TITAN's AutoModel: ``return_conch()`` -> (CONCH v1.5 vision, transform)."""
+TINY_V15_SIZES = {
+    "patch_size": 16,
+    "width": 32,
+    "embed_dim": V15_DIM,
+    "depth": 2,
+    "num_heads": 2,
+    "mlp_ratio": 2.0,
+    "qkv_bias": True,
+    "pooler_queries": 1,
+    "pooler_heads": 8,
+    "pos_grid": 4,
+}
+MARKER_NAME = "folder-code-ran.txt"
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(1)
-        self.conch = nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(48, V15_DIM))
 
-    def return_conch(self):
-        return self.conch, None
+def tiny_conch_v15(seed: int = 1):
+    """A tiny randomly initialised CONCH v1.5 vision tower (medvl's own architecture)."""
+    from medvl_engine.encoders._conch_v15 import ConchV15Config, ConchV15Vision
+
+    torch.manual_seed(seed)
+    vision = ConchV15Vision(ConchV15Config(**TINY_V15_SIZES)).eval()
+    with torch.no_grad():
+        for name, parameter in vision.named_parameters():
+            if name.endswith("gamma"):  # layer scale: make the blocks matter
+                parameter.uniform_(0.5, 1.0)
+    return vision
 
 
-def install_fake_titan(monkeypatch, folder: Path) -> Path:
-    """A TITAN-like folder whose AutoModel (trust_remote_code) returns :class:`FakeTitan`."""
-    import transformers
+def evil_code(marker: Path) -> str:
+    """Python that would leave ``marker`` behind if anything ever imported it."""
+    return f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
 
+
+def write_titan_snapshot(folder: Path, seed: int = 1) -> Path:
+    """A MahmoodLab/TITAN-shaped snapshot holding a tiny CONCH v1.5 tower.
+
+    Like the real one it ships Python files and an ``auto_map`` (here they would write
+    ``folder.parent / MARKER_NAME`` if run); medvl must read only
+    ``conch_v1_5_pytorch_model.bin`` (tensors) and the sizes in ``conch_config``.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({"model_type": "conch-v1.5"}))
-    calls = []
-
-    def from_pretrained(path, **kwargs):
-        calls.append((Path(path), kwargs))
-        if not kwargs.get("trust_remote_code") or not kwargs.get("local_files_only"):
-            raise AssertionError("TITAN must load with trust_remote_code, offline")
-        return FakeTitan()
-
-    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", from_pretrained)
+    marker = folder.parent / MARKER_NAME
+    for name in ("modeling_titan.py", "configuration_titan.py", "conch_v1_5.py"):
+        (folder / name).write_text(evil_code(marker))
+    sizes = TINY_V15_SIZES
+    config = {
+        "model_type": "titan",
+        "architectures": ["Titan"],
+        "auto_map": {
+            "AutoConfig": "configuration_titan.TitanConfig",
+            "AutoModel": "modeling_titan.Titan",
+        },
+        "conch_config": {
+            "patch_size": sizes["patch_size"],
+            "context_dim": sizes["width"],
+            "embed_dim": sizes["embed_dim"],
+            "depth": sizes["depth"],
+            "num_heads": sizes["num_heads"],
+            "mlp_ratio": sizes["mlp_ratio"],
+            "qkv_bias": sizes["qkv_bias"],
+            "init_values": 1e-6,
+            "pooler_n_queries_contrast": sizes["pooler_queries"],
+        },
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    torch.save(tiny_conch_v15(seed).state_dict(), folder / "conch_v1_5_pytorch_model.bin")
     return folder
+
+
+def write_conch_v15_folder(folder: Path, seed: int = 1) -> Path:
+    """A medvl "conch-v1.5" folder (config.json + model.safetensors) with the tiny tower."""
+    from medvl_engine.encoders._conch_v15 import save_conch_v15_folder
+
+    return save_conch_v15_folder(tiny_conch_v15(seed), folder)

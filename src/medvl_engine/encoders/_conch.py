@@ -1,7 +1,12 @@
-"""CONCH adapters: v1 through the optional `conch` package, v1.5 vision tower for features only."""
+"""CONCH adapters: v1 through the optional `conch` package, v1.5 vision tower for features only.
+
+Neither runs code from a model folder: v1's architecture is the installed ``conch`` package's,
+v1.5's is medvl's own (:mod:`._conch_v15`); checkpoints are read as tensors only.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,6 +14,17 @@ from typing import TYPE_CHECKING
 import torch
 
 from medvl_engine.encoders._base import PatchTextEncoder
+from medvl_engine.encoders._conch_v15 import CONCH_V15_MODEL_TYPE, ConchV15Config, ConchV15Vision
+from medvl_engine.encoders._folder_checks import (
+    check_model_folder,
+    config_section,
+    folder_errors,
+    load_pickled_state_dict,
+    load_weights,
+    read_config,
+    refuse_code,
+    weights_mismatch,
+)
 from medvl_engine.encoders._preprocess import ImagePreprocess
 from medvl_engine.errors import MissingDependencyError, ModelNotFoundError
 
@@ -30,6 +46,7 @@ __all__ = [
 _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 CONCH_INSTALL = "pip install git+https://github.com/mahmoodlab/CONCH"
+TITAN_CONCH_WEIGHTS = "conch_v1_5_pytorch_model.bin"
 
 
 class TextTowerUnavailableError(ModelNotFoundError):
@@ -130,7 +147,11 @@ class ConchV15Encoder(PatchTextEncoder):
 def load_conch_v1(
     checkpoint: Path, *, name: str, device: str | torch.device = "cpu"
 ) -> ConchV1Encoder:
-    """CONCH v1 from its checkpoint file (``pytorch_model.bin`` of MahmoodLab/CONCH)."""
+    """CONCH v1 from its checkpoint file (``pytorch_model.bin`` of MahmoodLab/CONCH).
+
+    The architecture comes from the installed ``conch`` package; the checkpoint is data and is
+    first checked to unpickle to tensors only (``torch.load(weights_only=True)``).
+    """
     require_conch(f"Loading {name}")
     from conch.open_clip_custom import create_model_from_pretrained, get_tokenizer, tokenize
 
@@ -138,6 +159,7 @@ def load_conch_v1(
 
     register_conch_text()
     if checkpoint.is_dir():
+        refuse_code(checkpoint, read_config(checkpoint, required=False))
         checkpoint = checkpoint / "pytorch_model.bin"
     if not checkpoint.is_file():
         raise ModelNotFoundError(
@@ -145,8 +167,10 @@ def load_conch_v1(
             "Face (request access first) and pass its folder or pytorch_model.bin.",
             checkpoint,
         )
-    model, _ = create_model_from_pretrained("conch_ViT-B-16", checkpoint_path=str(checkpoint))
-    tokenizer = get_tokenizer()
+    load_pickled_state_dict(checkpoint)  # refuses anything but tensors before conch reads it
+    with folder_errors(checkpoint.parent, "CONCH v1 checkpoint files"):
+        model, _ = create_model_from_pretrained("conch_ViT-B-16", checkpoint_path=str(checkpoint))
+        tokenizer = get_tokenizer()
     return ConchV1Encoder(
         model,
         lambda texts: tokenize(texts=texts, tokenizer=tokenizer),
@@ -157,28 +181,92 @@ def load_conch_v1(
 
 
 def load_conch_v15(
-    folder: Path, *, name: str, device: str | torch.device = "cpu"
+    source: Path, *, name: str, device: str | torch.device = "cpu"
 ) -> ConchV15Encoder:
-    """CONCH v1.5's vision tower from a local MahmoodLab/TITAN snapshot (its ``return_conch()``)."""
-    from transformers import AutoModel
+    """CONCH v1.5's vision tower, built by medvl's own code (:mod:`._conch_v15`).
 
+    ``source`` is one of:
+
+    - a MahmoodLab/TITAN snapshot: ``conch_v1_5_pytorch_model.bin`` is read with
+      ``weights_only=True`` and the sizes come from config.json's ``conch_config``; the
+      snapshot's Python files are never imported;
+    - that ``.bin`` file itself (published sizes);
+    - a medvl "conch-v1.5" folder: config.json with ``vision_config`` and model.safetensors
+      (see :func:`._conch_v15.save_conch_v15_folder`); such a folder may hold no code.
+    """
     from medvl_engine.encoders._conch_text import register_conch_text
 
     register_conch_text()  # LIMIT-tuned CONCH text towers paired with v1.5 rebuild through it
+    source = Path(source)
+    if source.is_file():
+        state = load_pickled_state_dict(source)
+        config = ConchV15Config(pos_grid=_pos_grid(state, source))
+        return _conch_v15_encoder(config, state, source, name=name, device=device)
+    settings = read_config(source, required=False) if source.is_dir() else {}
+    titan_weights = source / TITAN_CONCH_WEIGHTS
+    if settings.get("model_type") == CONCH_V15_MODEL_TYPE:
+        settings = check_model_folder(source)
+        vision_config = config_section(settings, "vision_config", source / "config.json")
+        try:
+            config = ConchV15Config.from_dict(vision_config)
+            config.check()
+        except (KeyError, ValueError, TypeError) as error:
+            raise ModelNotFoundError(
+                f'{source / "config.json"} has a missing or impossible "vision_config" size '
+                f"({error.args[0] if error.args else 'unknown'}); restore the model folder.",
+                source / "config.json",
+            ) from error
+        weights = source / "model.safetensors"
+        return _conch_v15_encoder(config, load_weights(source), weights, name=name, device=device)
+    if titan_weights.is_file():
+        state = load_pickled_state_dict(titan_weights)
+        conch_config = settings.get("conch_config") or {}
+        if not isinstance(conch_config, dict):
+            conch_config = {}
+        try:
+            config = ConchV15Config.from_titan(conch_config, _pos_grid(state, titan_weights))
+            config.check()
+        except (ValueError, TypeError) as error:
+            raise ModelNotFoundError(
+                f'{source / "config.json"} gives an impossible CONCH v1.5 size in "conch_config"; '
+                "download MahmoodLab/TITAN again with `huggingface-cli download MahmoodLab/TITAN`.",
+                source / "config.json",
+            ) from error
+        return _conch_v15_encoder(config, state, titan_weights, name=name, device=device)
+    raise ModelNotFoundError(
+        f"{source} holds neither {TITAN_CONCH_WEIGHTS} (a MahmoodLab/TITAN snapshot) nor a medvl "
+        '"conch-v1.5" folder; download it with `huggingface-cli download MahmoodLab/TITAN` '
+        "after requesting access.",
+        source,
+    )
 
+
+def _pos_grid(state: dict[str, torch.Tensor], source: Path) -> int:
+    """Side of the square grid the checkpoint's position table is stored for."""
+    table = state.get("trunk.pos_embed")
+    if table is None or table.ndim != 3:
+        raise weights_mismatch(source, ["trunk.pos_embed"], [])
+    side = math.isqrt(max(int(table.shape[1]) - 1, 0))
+    if side < 1 or side * side + 1 != table.shape[1]:
+        raise weights_mismatch(source, [], [])
+    return side
+
+
+def _conch_v15_encoder(
+    config: ConchV15Config,
+    state: dict[str, torch.Tensor],
+    source: Path,
+    *,
+    name: str,
+    device: str | torch.device,
+) -> ConchV15Encoder:
+    with folder_errors(source.parent, "CONCH v1.5 sizes and weights"):
+        vision = ConchV15Vision(config)
     try:
-        titan = AutoModel.from_pretrained(folder, trust_remote_code=True, local_files_only=True)
-        vision, _ = titan.return_conch()
-    except ImportError as error:
-        missing = error.name or str(error)
-        raise MissingDependencyError(
-            f"Loading {name} runs MahmoodLab/TITAN's own model code, which needs the package "
-            f"'{missing}'; install it (`pip install {missing}`) and retry."
-        ) from error
-    except (OSError, AttributeError) as error:
-        raise ModelNotFoundError(
-            f"{folder} is not a usable MahmoodLab/TITAN snapshot holding CONCH v1.5 ({error}); "
-            "download it with `huggingface-cli download MahmoodLab/TITAN` after requesting access.",
-            folder,
-        ) from error
-    return ConchV15Encoder(vision, name=name, device=device)
+        vision.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        own = vision.state_dict()
+        missing = [key for key in own if key not in state]
+        unexpected = [key for key in state if key not in own]
+        raise weights_mismatch(source, missing, unexpected) from error
+    return ConchV15Encoder(vision, name=name, embed_dim=config.embed_dim, device=device)

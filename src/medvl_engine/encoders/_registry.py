@@ -1,12 +1,12 @@
 """Resolve a registry name, model folder or Hugging Face id to a :class:`PatchTextEncoder`.
 
 Dispatch is by exact registry key or by the ``model_type`` in a folder's config.json,
-never by matching parts of a name.
+never by matching parts of a name. Every architecture is medvl's own code (or a transformers
+class chosen here); nothing a model folder ships is ever imported (see :mod:`._folder_checks`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from medvl_engine.encoders._base import PatchTextEncoder
-from medvl_engine.errors import CorruptFileError, ModelNotFoundError, UnsupportedFormatError
+from medvl_engine.encoders._folder_checks import read_config, refuse_code
+from medvl_engine.errors import ModelNotFoundError, UnsupportedFormatError
 
 __all__ = ["RegistryEntry", "available_encoders", "load_encoder", "register_model_type"]
 
@@ -145,24 +146,14 @@ def load_encoder(
     return _load_folder(resolve_model_dir(name), name, device, model_type)
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
-    config_file = folder / "config.json"
-    if not config_file.is_file():
-        return {}
-    try:
-        return json.loads(config_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CorruptFileError(
-            f"{config_file} is not valid JSON ({error}); restore the model folder.", config_file
-        ) from error
-
-
 def _load_folder(
     folder: Path, name: str, device: torch.device, model_type: str | None
 ) -> PatchTextEncoder:
-    config = _read_config(folder) if folder.is_dir() else {}
+    config = read_config(folder, required=False) if folder.is_dir() else {}
     model_type = model_type or config.get("model_type")
     if model_type is None:
+        if folder.is_dir():
+            refuse_code(folder, config)
         raise UnsupportedFormatError(
             f'Model folder {folder} has no config.json with a "model_type"; pass the model type '
             f"(one of {sorted(_FOLDER_LOADERS)}) explicitly.",
@@ -170,6 +161,8 @@ def _load_folder(
         )
     loader = _FOLDER_LOADERS.get(model_type)
     if loader is None:
+        if folder.is_dir():
+            refuse_code(folder, config)  # a type medvl does not implement that ships its own code
         raise UnsupportedFormatError(
             f"Model {name} has model_type '{model_type}', which medvl cannot load; supported types "
             f"are {', '.join(sorted(_FOLDER_LOADERS))}.",
@@ -217,3 +210,4 @@ register_model_type("medvl-demo", _load_demo)
 register_model_type("medvl-text-tower", _load_paired)
 register_model_type("conch-v1", _load_conch_v1)
 register_model_type("conch-v1.5", _load_conch_v15)
+register_model_type("titan", _load_conch_v15)  # a MahmoodLab/TITAN snapshot: its CONCH v1.5 tower
