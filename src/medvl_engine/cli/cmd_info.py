@@ -89,7 +89,7 @@ def describe_slide(path: Path, identifying: bool = False) -> dict[str, Any]:
 def describe_mammogram(path: Path, identifying: bool = False) -> dict[str, Any]:
     from medvl_engine.io.mammo import open_mammogram
 
-    mammogram = open_mammogram(path)
+    mammogram = open_mammogram(path, placeholder_ok=True)  # header facts of a placeholder too
     info: dict[str, Any] = {
         "path": str(path),
         "kind": "mammogram",
@@ -103,6 +103,8 @@ def describe_mammogram(path: Path, identifying: bool = False) -> dict[str, Any]:
         "voi": mammogram.voi,
         "voi_choices": mammogram.voi_choices,
     }
+    if mammogram.pixel_problem:
+        info["pixel_problem"] = mammogram.pixel_problem
     return _properties(info, mammogram.properties, mammogram.private_properties, identifying)
 
 

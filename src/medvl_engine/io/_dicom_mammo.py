@@ -1,9 +1,17 @@
-"""DICOM mammograms: decoding, the grayscale pipeline and the view's metadata.
+"""DICOM mammograms: reading, decoding and the view's metadata.
 
-Order of the pipeline (PS3.3 C.11): Modality LUT (rescale or LUT sequence) ->
-VOI LUT (window centre/width with LINEAR / LINEAR_EXACT / SIGMOID, or a VOI LUT
-sequence item, chosen by ``voi_index``) -> MONOCHROME1 inversion. Patient
-identifiers are kept apart from the other properties.
+Stored values go through the grayscale pipeline of :mod:`medvl_engine.io._dicom_grey`
+(Modality LUT -> VOI -> MONOCHROME1 inversion, or the palette of PALETTE COLOR images),
+which refuses values that would give a wrong picture. Patient identifiers are kept apart
+from the other properties.
+
+Pixel data whose length contradicts the header (truncated, or a Samples per Pixel that does
+not match) is refused in words before it is decoded. A pixel spacing that is not two positive
+numbers only matters for measurements, so the image is shown with its spacing treated as
+unknown and the ``medvl.pixel_spacing_warning`` property saying why. A placeholder (fewer
+than 2 rows or columns, as some archives store for For Processing views) is refused for pixel
+reads; with ``placeholder_ok`` its header facts are still returned with ``pixel_problem``
+saying what is wrong.
 """
 
 from __future__ import annotations
@@ -17,11 +25,18 @@ import numpy as np
 from medvl_engine._reason import error_reason
 from medvl_engine.errors import (
     CorruptFileError,
-    MedVLError,
     MissingDependencyError,
     UnsupportedFormatError,
 )
-from medvl_engine.io import _voi
+from medvl_engine.io._dicom_grey import display_pixels, palette_pixels, voi_options
+from medvl_engine.io._dicom_values import (
+    as_list,
+    finite_number,
+    first,
+    read_problem,
+    stated,
+    whole_number,
+)
 from medvl_engine.io._mammogram import VIEW_NAMES, Mammogram, parse_file_name
 
 __all__ = ["PRIVATE_DICOM_KEYWORDS", "display_pixels", "open_dicom_mammogram", "voi_options"]
@@ -63,26 +78,12 @@ _DECODER_PACKAGES = (
     ("1.2.840.10008.1.2.4.20", "pylibjpeg-openjpeg"),
     ("1.2.840.10008.1.2.5", "pylibjpeg-rle"),
 )
-
-
-def _first(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
-        return value[0] if len(value) else None
-    return value
-
-
-def _as_list(value: Any) -> list:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
-        return list(value)
-    return [value]
+_DAMAGED = "the file is damaged or truncated, re-copy or re-export it."
+_MISMATCHED = "the header does not describe the pixels, re-export the file."
 
 
 def _text(value: Any) -> str | None:
-    value = _first(value)
+    value = first(value)
     text = str(value).strip() if value is not None else ""
     return text or None
 
@@ -102,16 +103,17 @@ def _read_dicom(path: Path) -> Any:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             dataset = pydicom.dcmread(path)
+            for _ in dataset.iterall():  # convert every value now, so damage surfaces here
+                pass
     except InvalidDicomError as error:
         raise UnsupportedFormatError(
-            f"{path.name}: not a DICOM file ({error}); give a DICOM, PNG or TIFF mammogram.",
+            f"{path.name}: not a DICOM file (its header has no DICM marker); give a DICOM, PNG "
+            "or TIFF mammogram.",
             path,
         ) from error
     except Exception as error:
         raise CorruptFileError(
-            f"{path.name}: the DICOM header could not be read ({error}); the file is damaged "
-            "or truncated, re-copy or re-export it.",
-            path,
+            f"{path.name}: {read_problem(error)}; re-copy or re-export it.", path
         ) from error
     for warning in caught:
         if "end of file" in str(warning.message).lower():
@@ -122,15 +124,74 @@ def _read_dicom(path: Path) -> Any:
     return dataset
 
 
-def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
-    """Stored values [H, W] (first frame of a multi-frame image), decoded by pydicom."""
-    if "PixelData" not in dataset and "FloatPixelData" not in dataset:
-        kind = _text(dataset.get("Modality")) or "non-image"
-        raise UnsupportedFormatError(
-            f"{path.name}: this DICOM ({kind}) has no Pixel Data, so it is not an image; "
-            "open the image instance of the study instead.",
+def _image_size(path: Path, dataset: Any) -> tuple[int, int]:
+    """(rows, columns) the header states, refused in words when absent or not a count."""
+    sizes = []
+    for keyword, meaning in (("Rows", "image height"), ("Columns", "image width")):
+        value = dataset.get(keyword)
+        number = whole_number(value)
+        if number is None or number < 0:
+            given = "does not give" if value in (None, "") else f"gives {stated(value)} as"
+            raise CorruptFileError(
+                f"{path.name}: its header {given} its {meaning} in pixels ({keyword}); {_DAMAGED}",
+                path,
+            )
+        sizes.append(number)
+    return sizes[0], sizes[1]
+
+
+def _placeholder_problem(rows: int, columns: int) -> str | None:
+    """What is wrong with pixels too few to be a view, or None for a real image."""
+    if rows >= 2 and columns >= 2:
+        return None
+    return (
+        f"holds a {rows} x {columns} pixel placeholder (rows x columns), not an image; its "
+        "header describes the view but the pixels were left out, use the full image from the "
+        "archive or the modality"
+    )
+
+
+def _check_native_length(path: Path, dataset: Any, rows: int, columns: int) -> None:
+    """Uncompressed Pixel Data must hold the bytes its header describes (else wrong pixels)."""
+    from pydicom.uid import UID
+
+    syntax = UID(str(getattr(dataset.file_meta, "TransferSyntaxUID", "") or ""))
+    photometric = (_text(dataset.get("PhotometricInterpretation")) or "").upper()
+    data = dataset.get("PixelData")
+    if syntax.is_compressed or not isinstance(data, bytes) or photometric == "YBR_FULL_422":
+        return
+    samples = whole_number(dataset.get("SamplesPerPixel")) or 1
+    bits = whole_number(dataset.get("BitsAllocated")) or 8
+    frames = whole_number(dataset.get("NumberOfFrames")) or 1
+    if bits == 1:
+        return  # packed bits: pydicom checks these itself
+    frame_bytes = rows * columns * samples * -(-bits // 8)
+    expected, length = frame_bytes * frames, len(data)
+    if samples in (1, 3):
+        other = 4 - samples
+        if length in (expected // samples * other, expected // samples * other + 1):
+            raise CorruptFileError(
+                f"{path.name}: its header says {samples} sample{'s' if samples > 1 else ''} "
+                f"per pixel (Samples per Pixel) but its pixel data holds {other}; {_MISMATCHED}",
+                path,
+            )
+    if length < expected:
+        raise CorruptFileError(
+            f"{path.name}: holds {length} bytes of pixel data where its {columns} x {rows} "
+            f"image of {bits}-bit samples needs {expected}; {_DAMAGED}",
             path,
         )
+    if frame_bytes and length - expected >= frame_bytes:
+        raise CorruptFileError(
+            f"{path.name}: holds {length} bytes of pixel data, more than the {expected} its "
+            f"{columns} x {rows} image needs; {_MISMATCHED}",
+            path,
+        )
+
+
+def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
+    """Stored values [H, W] (first frame of a multi-frame image; palette indices for
+    PALETTE COLOR), decoded by pydicom; colour images give their luminance."""
     transfer_syntax = str(getattr(dataset.file_meta, "TransferSyntaxUID", ""))
     missing = _missing_decoder(transfer_syntax)
     if missing is not None:
@@ -138,28 +199,26 @@ def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
     try:
         pixels = dataset.pixel_array
     except Exception as error:
-        detail = error_reason(error) or type(error).__name__
+        from pydicom.uid import UID
+
+        syntax = UID(transfer_syntax).name if transfer_syntax else "its"
+        reason = error_reason(error)  # the decoder's own words, folded into one line
         raise CorruptFileError(
-            f"{path.name}: the pixel data could not be decoded ({detail}); the file is "
-            "damaged or truncated, re-copy or re-export it.",
+            f"{path.name}: the {syntax} pixel data could not be decoded"
+            f"{f' ({reason})' if reason else ''}; {_DAMAGED}",
             path,
         ) from error
     pixels = np.asarray(pixels)
-    frames = int(_first(dataset.get("NumberOfFrames")) or 1)
+    frames = whole_number(dataset.get("NumberOfFrames")) or 1
     if frames > 1:
         pixels = pixels[0]
-    if pixels.ndim == 3:
-        if pixels.shape[-1] not in (3, 4):
-            raise UnsupportedFormatError(
-                f"{path.name}: pixel array of shape {pixels.shape} is not a 2-D image; "
-                "give a single mammographic view.",
-                path,
-            )
+    if pixels.ndim == 3 and pixels.shape[-1] in (3, 4):
         pixels = pixels[..., :3].astype(np.float64) @ np.array([0.299, 0.587, 0.114])
-    if pixels.ndim != 2 or min(pixels.shape) < 2:
+    if pixels.ndim != 2:
+        shape = " x ".join(str(n) for n in pixels.shape)
         raise UnsupportedFormatError(
-            f"{path.name}: pixel array of shape {pixels.shape} is not a 2-D image; "
-            "give a single mammographic view.",
+            f"{path.name}: its pixel data decodes to {shape} values, not one grayscale or "
+            "colour view; give a single mammographic view.",
             path,
         )
     return pixels
@@ -191,130 +250,6 @@ def _missing_decoder(transfer_syntax: str) -> str | None:
     )
 
 
-def _modality_values(dataset: Any, stored: np.ndarray) -> np.ndarray:
-    """Modality LUT (C.11.1): LUT sequence when present, else rescale slope/intercept."""
-    sequence = dataset.get("ModalityLUTSequence")
-    if sequence:
-        item = sequence[0]
-        return _voi.apply_lut(stored, list(item.LUTDescriptor), _lut_data(item))
-    slope = _first(dataset.get("RescaleSlope"))
-    intercept = _first(dataset.get("RescaleIntercept"))
-    return _voi.rescale(
-        stored,
-        float(slope) if slope not in (None, "") else 1.0,
-        float(intercept) if intercept not in (None, "") else 0.0,
-    )
-
-
-def _lut_data(item: Any) -> list[int]:
-    data = item.get("LUTData")
-    if data is None:
-        raise ValueError("a LUT sequence item has no LUT Data")
-    if isinstance(data, bytes):
-        entries = int(item.LUTDescriptor[0]) or 65536
-        return np.frombuffer(data, dtype="u1" if len(data) == entries else "<u2").tolist()
-    return [int(v) for v in _as_list(data)]
-
-
-def voi_options(dataset: Any) -> list[str]:
-    """Human-readable VOI choices in ``voi_index`` order (windows, then LUT sequence items)."""
-    centers = _as_list(dataset.get("WindowCenter"))
-    widths = _as_list(dataset.get("WindowWidth"))
-    explanations = _as_list(dataset.get("WindowCenterWidthExplanation"))
-    function = _text(dataset.get("VOILUTFunction")) or "LINEAR"
-    choices = []
-    for index, (center, width) in enumerate(zip(centers, widths, strict=False)):
-        label = f"window {float(center):g}/{float(width):g} {function}"
-        if index < len(explanations) and str(explanations[index]).strip():
-            label += f" ({str(explanations[index]).strip()})"
-        choices.append(label)
-    for index, item in enumerate(dataset.get("VOILUTSequence") or []):
-        explanation = _text(item.get("LUTExplanation"))
-        choices.append(f"VOI LUT {index + 1}" + (f" ({explanation})" if explanation else ""))
-    return choices
-
-
-def _apply_voi(
-    path: Path, dataset: Any, values: np.ndarray, voi_index: int, present: np.ndarray | None
-) -> tuple[np.ndarray, str]:
-    """VOI of modality ``values``; ``present`` marks the entries that occur in the image."""
-    choices = voi_options(dataset)
-    if not choices:
-        occurring = values if present is None else values[present]
-        low, high = float(occurring.min()), float(occurring.max())
-        if high <= low:
-            return np.zeros_like(values, dtype=np.float64), "full range"
-        return (values - low) / (high - low), "full range"
-    if not 0 <= voi_index < len(choices):
-        raise MedVLError(
-            f"{path.name}: VOI choice {voi_index} does not exist; this file offers "
-            f"{len(choices)} ({'; '.join(choices)}), pick 0..{len(choices) - 1}.",
-            path,
-        )
-    windows = min(
-        len(_as_list(dataset.get("WindowCenter"))), len(_as_list(dataset.get("WindowWidth")))
-    )
-    try:
-        if voi_index < windows:
-            center = float(_as_list(dataset.WindowCenter)[voi_index])
-            width = float(_as_list(dataset.WindowWidth)[voi_index])
-            function = _text(dataset.get("VOILUTFunction")) or "LINEAR"
-            return _voi.voi_window(values, center, width, function), choices[voi_index]
-        item = dataset.VOILUTSequence[voi_index - windows]
-        return _voi.voi_lut(values, list(item.LUTDescriptor), _lut_data(item)), choices[voi_index]
-    except (ValueError, TypeError, AttributeError) as error:
-        raise CorruptFileError(
-            f"{path.name}: its VOI attributes are invalid ({error}); pick another VOI "
-            "choice or fix the file's window tags.",
-            path,
-        ) from error
-
-
-def display_pixels(
-    path: Path, dataset: Any, stored: np.ndarray, photometric: str | None, voi_index: int
-) -> tuple[np.ndarray, str]:
-    """Stored values [H, W] -> display float32 [H, W]: Modality LUT -> VOI -> MONOCHROME1.
-
-    Integer images (at most 2**16 + 1 distinct levels between their extremes)
-    run the pipeline once per level on a lookup table and then index it, which
-    gives the same values as running it per pixel at a fraction of the cost.
-    """
-    use_table = np.issubdtype(stored.dtype, np.integer) and stored.size > 0
-    if use_table:
-        low, high = int(stored.min()), int(stored.max())
-        use_table = high - low <= 2**16
-    if use_table:
-        if low == 0:
-            offsets = stored
-        elif np.issubdtype(stored.dtype, np.unsignedinteger):
-            offsets = stored - stored.dtype.type(low)  # every value >= low: no wrap-around
-        else:
-            offsets = stored.astype(np.int32) - np.int32(low)
-        inputs = np.arange(low, high + 1, dtype=np.float64)
-        present = None
-        if not voi_options(dataset):  # the full-range window needs the levels that occur
-            present = np.bincount(offsets.ravel(), minlength=inputs.size) > 0
-    else:
-        inputs, present = stored, None
-    try:
-        values = _modality_values(dataset, inputs)
-    except (ValueError, TypeError, AttributeError) as error:
-        raise CorruptFileError(
-            f"{path.name}: its Modality LUT is invalid ({error}); fix or re-export the file.",
-            path,
-        ) from error
-    display, voi_name = _apply_voi(path, dataset, values, voi_index, present)
-    # MONOCHROME1 shows low values white; its Presentation LUT Shape is INVERSE by rule
-    # (PS3.3 C.11.6.1), so the two ask for one inversion, which INVERSE alone also asks for.
-    shape = (_text(dataset.get("PresentationLUTShape")) or "").upper()
-    if photometric == "MONOCHROME1" or shape == "INVERSE":
-        display = _voi.invert_monochrome1(display)
-    display = np.clip(display, 0.0, 1.0).astype(np.float32)
-    if use_table:
-        display = display[offsets]
-    return display, voi_name
-
-
 def _view_from_dataset(dataset: Any) -> str | None:
     position = _text(dataset.get("ViewPosition"))
     if position:
@@ -329,12 +264,60 @@ def _view_from_dataset(dataset: Any) -> str | None:
     return None
 
 
-def open_dicom_mammogram(path: Path, voi_index: int) -> Mammogram:
-    """Read a DICOM mammogram: stored values through the grayscale pipeline, plus metadata."""
+def _pixel_spacing(dataset: Any) -> tuple[tuple[float, float] | None, str | None]:
+    """((row_mm, col_mm) or None, a warning when the stated spacing is impossible)."""
+    for keyword, words in (
+        ("PixelSpacing", "Pixel Spacing"),
+        ("ImagerPixelSpacing", "Imager Pixel Spacing"),
+    ):
+        value = dataset.get(keyword)
+        if value is None or value == "":
+            continue
+        numbers = [finite_number(v) for v in as_list(value)]
+        if len(numbers) == 2 and all(n is not None and n > 0 for n in numbers):
+            return (numbers[0], numbers[1]), None
+        return None, (
+            f"{words} {stated(value)} mm is not two positive numbers, so the pixel size is "
+            "treated as unknown and no distance in mm can be measured"
+        )
+    return None, None
+
+
+def open_dicom_mammogram(path: Path, voi_index: int, placeholder_ok: bool = False) -> Mammogram:
+    """Read a DICOM mammogram: stored values through the grayscale pipeline, plus metadata.
+
+    ``placeholder_ok`` returns a placeholder (fewer than 2 rows or columns) with its header
+    facts and ``pixel_problem`` set, where it is otherwise refused.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pydicom's value warnings: problems become sentences
+        return _open(path, voi_index, placeholder_ok)
+
+
+def _open(path: Path, voi_index: int, placeholder_ok: bool) -> Mammogram:
     dataset = _read_dicom(path)
+    if "PixelData" not in dataset and "FloatPixelData" not in dataset:
+        kind = _text(dataset.get("Modality")) or "non-image"
+        raise UnsupportedFormatError(
+            f"{path.name}: this DICOM ({kind}) has no Pixel Data, so it is not an image; "
+            "open the image instance of the study instead.",
+            path,
+        )
+    rows, columns = _image_size(path, dataset)
+    problem = _placeholder_problem(rows, columns)
+    if problem and not placeholder_ok:
+        raise UnsupportedFormatError(f"{path.name}: {problem}.", path)
+    _check_native_length(path, dataset, rows, columns)
     stored = _stored_pixels(path, dataset)
+    problem = problem or _placeholder_problem(*stored.shape)
+    if problem and not placeholder_ok:
+        raise UnsupportedFormatError(f"{path.name}: {problem}.", path)
     photometric = _text(dataset.get("PhotometricInterpretation"))
-    display, voi_name = display_pixels(path, dataset, stored, photometric, voi_index)
+    if (photometric or "").upper() == "PALETTE COLOR":
+        display, voi_name, choices = palette_pixels(path, dataset, stored), "palette", []
+    else:
+        display, voi_name = display_pixels(path, dataset, stored, photometric, voi_index)
+        choices = voi_options(dataset)
 
     name_laterality, name_view = parse_file_name(path.name)
     laterality = _text(dataset.get("ImageLaterality")) or _text(dataset.get("Laterality"))
@@ -342,18 +325,15 @@ def open_dicom_mammogram(path: Path, voi_index: int) -> Mammogram:
     if laterality not in ("L", "R"):
         laterality = name_laterality
     view = _view_from_dataset(dataset) or name_view
-    spacing = dataset.get("PixelSpacing") or dataset.get("ImagerPixelSpacing")
-    pixel_spacing = None
-    if spacing is not None and len(_as_list(spacing)) >= 2:
-        row_mm, col_mm = (float(v) for v in _as_list(spacing)[:2])
-        pixel_spacing = (row_mm, col_mm)
+    pixel_spacing, spacing_warning = _pixel_spacing(dataset)
 
     properties: dict[str, Any] = {
         "transfer_syntax": str(getattr(dataset.file_meta, "TransferSyntaxUID", "")),
         "sop_class": str(dataset.get("SOPClassUID", "")),
-        "bits_stored": int(_first(dataset.get("BitsStored")) or 0),
+        "bits_stored": whole_number(dataset.get("BitsStored")) or 0,
         "manufacturer": _text(dataset.get("Manufacturer")),
         "presentation_lut_shape": _text(dataset.get("PresentationLUTShape")),
+        "medvl.pixel_spacing_warning": spacing_warning,
     }
     private = {
         keyword: str(dataset.get(keyword))
@@ -370,7 +350,8 @@ def open_dicom_mammogram(path: Path, voi_index: int) -> Mammogram:
         photometric=photometric,
         presentation_intent=_text(dataset.get("PresentationIntentType")),
         voi=voi_name,
-        voi_choices=voi_options(dataset),
+        voi_choices=choices,
         properties={k: v for k, v in properties.items() if v not in (None, "")},
         private_properties=private,
+        pixel_problem=f"{path.name}: {problem}." if problem else None,
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from medvl_engine._reason import error_reason
 from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
 from medvl_engine.io._dicom_frames import CODEC_NAMES, DAMAGED, MISMATCHED, codec_for, frame_ranges
 from medvl_engine.io._dicom_values import printable, stated, whole_number
@@ -229,9 +230,10 @@ class FrameSource:
         try:
             pixels = np.asarray(self.codec(data))
         except Exception as error:  # decoders raise their own types for damaged streams
+            reason = error_reason(error)  # the decoder's own words, folded into one line
             raise CorruptFileError(
                 f"{self.path.name}: tile {index + 1} of {self.label} could not be decoded as "
-                f"{self.codec_name}; {DAMAGED}",
+                f"{self.codec_name}{f' ({reason})' if reason else ''}; {DAMAGED}",
                 self.path,
             ) from error
         return self._checked(index, pixels)

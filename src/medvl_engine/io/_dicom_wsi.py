@@ -11,13 +11,13 @@ Opening one file also reads up to 256 other ``*.dcm`` files beside it to find
 the rest of its series. Only the file the user opened can fail the open: a
 neighbour that is not a regular file (a FIFO, a device) is never opened, and
 one that cannot be read for any reason is skipped and counted in the
-``dicom.skipped_files`` property.
+``medvl.skipped_files`` property.
 
 Headers that would give wrong pixels are refused with a sentence instead of
 being guessed around (see :mod:`medvl_engine.io._dicom_tiles`). A Pixel
 Spacing that is not two positive numbers leaves the slide without an mpp
 (operations that need one refuse it) and says so in the
-``dicom.pixel_spacing_warning`` property.
+``medvl.pixel_spacing_warning`` property.
 """
 
 from __future__ import annotations
@@ -294,9 +294,9 @@ def _open(path: Path) -> Slide:
         "dicom.DimensionOrganizationType": str(base.get("DimensionOrganizationType", "")),
     }
     if skipped:
-        properties["dicom.skipped_files"] = skipped
+        properties["medvl.skipped_files"] = skipped
     if spacing_warning:
-        properties["dicom.pixel_spacing_warning"] = spacing_warning
+        properties["medvl.pixel_spacing_warning"] = spacing_warning
     for keyword in _PUBLIC_KEYWORDS:
         value = base.get(keyword)
         if value not in (None, "") and not isinstance(value, pydicom.Sequence):

@@ -40,7 +40,10 @@ class Mammogram:
 
     ``pixels`` float32 [H, W] in [0, 1] (rows, columns of the source image),
     dark = less attenuation after MONOCHROME1 inversion; ``pixel_spacing`` is
-    (row_mm, col_mm); ``stored_range`` is (min, max) of the modality values.
+    (row_mm, col_mm), None when unknown (``properties["medvl.pixel_spacing_warning"]``
+    says why when the file states an impossible one). ``pixel_problem`` is a
+    sentence saying why ``pixels`` is not a usable image (a placeholder read with
+    ``placeholder_ok``); None for every image ``open_mammogram`` returns by default.
     """
 
     path: Path
@@ -55,6 +58,7 @@ class Mammogram:
     voi_choices: list[str] = field(default_factory=list)
     properties: dict[str, Any] = field(default_factory=dict)
     private_properties: dict[str, Any] = field(default_factory=dict)
+    pixel_problem: str | None = None
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -7,6 +7,7 @@ shape and returns float64 of the same shape. VOI outputs are in [0, 1]
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,7 +26,9 @@ __all__ = [
 
 
 def rescale(x: np.ndarray, slope: float = 1.0, intercept: float = 0.0) -> np.ndarray:
-    """Modality LUT by rescale (C.11.1.1.2): y = slope * x + intercept."""
+    """Modality LUT by rescale (C.11.1.1.2): y = slope * x + intercept; both must be finite."""
+    if not (math.isfinite(slope) and math.isfinite(intercept)):
+        raise ValueError(f"rescale slope {slope} and intercept {intercept} must be finite numbers")
     return np.asarray(x, dtype=np.float64) * float(slope) + float(intercept)
 
 
@@ -46,13 +49,19 @@ def apply_lut(x: np.ndarray, descriptor: Sequence[int], data: Sequence[int]) -> 
     return table[index.astype(np.int64)]
 
 
+def _check_center(center: float) -> None:
+    if not math.isfinite(center):
+        raise ValueError(f"window centre {center} is not a finite number")
+
+
 def voi_linear(x: np.ndarray, center: float, width: float) -> np.ndarray:
     """VOI LUT Function LINEAR (C.11.2.1.2.1), output in [0, 1]; requires width >= 1.
 
     x <= c - 0.5 - (w - 1) / 2 -> 0;  x > c - 0.5 + (w - 1) / 2 -> 1;
     else y = (x - (c - 0.5)) / (w - 1) + 0.5.
     """
-    if width < 1:
+    _check_center(center)
+    if not width >= 1:  # also NaN
         raise ValueError(f"window width {width} is below 1, which LINEAR does not allow")
     x = np.asarray(x, dtype=np.float64)
     if width == 1:
@@ -68,7 +77,8 @@ def voi_linear_exact(x: np.ndarray, center: float, width: float) -> np.ndarray:
 
     x <= c - w / 2 -> 0;  x > c + w / 2 -> 1;  else y = (x - c) / w + 0.5.
     """
-    if width <= 0:
+    _check_center(center)
+    if not width > 0:  # also NaN
         raise ValueError(f"window width {width} is not positive, which LINEAR_EXACT requires")
     x = np.asarray(x, dtype=np.float64)
     inside = (x - center) / width + 0.5
@@ -77,7 +87,8 @@ def voi_linear_exact(x: np.ndarray, center: float, width: float) -> np.ndarray:
 
 def voi_sigmoid(x: np.ndarray, center: float, width: float) -> np.ndarray:
     """VOI LUT Function SIGMOID (C.11.2.1.3.1): y = 1 / (1 + exp(-4 (x - c) / w))."""
-    if width <= 0:
+    _check_center(center)
+    if not width > 0:  # also NaN
         raise ValueError(f"window width {width} is not positive, which SIGMOID requires")
     x = np.asarray(x, dtype=np.float64)
     return 1.0 / (1.0 + np.exp(np.clip(-4.0 * (x - center) / width, -700, 700)))

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from medvl_engine._reason import error_reason
 from medvl_engine.errors import (
     CorruptFileError,
     MedVLError,
@@ -43,11 +42,17 @@ __all__ = [
 ]
 
 
-def open_mammogram(path: str | os.PathLike, voi_index: int = 0) -> Mammogram:
+def open_mammogram(
+    path: str | os.PathLike, voi_index: int = 0, *, placeholder_ok: bool = False
+) -> Mammogram:
     """Read a mammogram (DICOM, PNG or TIFF) as display pixels in [0, 1] plus its metadata.
 
     ``voi_index`` selects the VOI transform when a DICOM holds several (window
-    centre/width pairs first, then VOI LUT Sequence items).
+    centre/width pairs first, then VOI LUT Sequence items). A DICOM whose pixel
+    data is a placeholder (fewer than 2 rows or columns) is refused with an
+    UnsupportedFormatError, unless ``placeholder_ok``: then its header facts
+    (laterality, view, manufacturer, VOI) come back and ``pixel_problem`` says
+    why the pixels are not an image (for ``medvl info``).
     """
     path = Path(path)
     if not path.is_file():
@@ -63,14 +68,13 @@ def open_mammogram(path: str | os.PathLike, voi_index: int = 0) -> Mammogram:
         try:
             from medvl_engine.io._dicom_mammo import open_dicom_mammogram
 
-            return open_dicom_mammogram(path, voi_index)
+            return open_dicom_mammogram(path, voi_index, placeholder_ok)
         except MedVLError:
             raise
-        except Exception as error:  # pydicom parses values lazily: damage surfaces anywhere
-            detail = error_reason(error)
+        except Exception as error:  # a failure no check foresaw: its text would mean nothing
             raise CorruptFileError(
-                f"{path.name}: the DICOM file could not be read ({detail or type(error).__name__});"
-                " it is damaged or truncated, re-copy or re-export it.",
+                f"{path.name}: the DICOM file could not be read; it is damaged or truncated, "
+                "re-copy or re-export it.",
                 path,
             ) from error
     if head.startswith(b"\x89PNG") or head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
