@@ -114,3 +114,55 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path):
     (run_dir / "checkpoint.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CorruptFileError, match="checkpoint.pt cannot be read"):
         train(ToyTask(ToyConfig()), _run(tmp_path, resume="auto"))
+
+
+class _CrashAfter(ToyTask):
+    """A ToyTask whose process 'dies' (an exception out of the loop) at a given step."""
+
+    def __init__(self, config: ToyConfig, crash_at_call: int) -> None:
+        super().__init__(config)
+        self.calls = 0
+        self.crash_at_call = crash_at_call
+
+    def compute_losses(self, model, batch):
+        self.calls += 1
+        if self.calls == self.crash_at_call:
+            raise RuntimeError("killed")
+        return super().compute_losses(model, batch)
+
+
+def _logged(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_logs_every_step_and_evaluation_once(tmp_path):
+    straight = train(ToyTask(ToyConfig()), _run(tmp_path / "a", epochs=3))
+    # checkpoints every 5 steps; the run dies in step 19, after steps 16-18 were logged
+    crashing = _CrashAfter(ToyConfig(), crash_at_call=19)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(crashing, _run(tmp_path / "b", epochs=3, ckpt_every=5))
+    run_dir = tmp_path / "b" / "run"
+    assert load_checkpoint(run_dir / "checkpoint.pt")["loop"]["step"] == 15
+    assert [r["step"] for r in _logged(run_dir) if r["event"] == "step"][-1] == 18
+    with (run_dir / "metrics.jsonl").open("a") as log:
+        log.write('{"event": "step", "step": 19, "lo')  # killed in the middle of a line
+
+    resumed = train(ToyTask(ToyConfig()), _run(tmp_path / "b", epochs=3, resume="auto"))
+    assert resumed["steps"] == straight["steps"] == 36
+    records = _logged(run_dir)
+    assert [r["step"] for r in records if r["event"] == "step"] == list(range(1, 37))
+    assert [r["epoch"] for r in records if r["event"] == "eval"] == [0, 1, 2]
+    expected = [r["loss"] for r in _logged(tmp_path / "a" / "run") if r["event"] == "step"]
+    assert [r["loss"] for r in records if r["event"] == "step"] == expected
+
+
+def test_resume_keeps_an_evaluation_logged_before_its_checkpoint_only(tmp_path):
+    # 12 steps per epoch and a checkpoint every 12 steps: the epoch-end evaluation at step 12
+    # is logged after the step-12 checkpoint and before the epoch-end one
+    crashing = _CrashAfter(ToyConfig(), crash_at_call=14)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(crashing, _run(tmp_path, epochs=2, ckpt_every=12))
+    train(ToyTask(ToyConfig()), _run(tmp_path, epochs=2, ckpt_every=12, resume="auto"))
+    records = _logged(tmp_path / "run")
+    assert [r["step"] for r in records if r["event"] == "step"] == list(range(1, 25))
+    assert [(r["epoch"], r["step"]) for r in records if r["event"] == "eval"] == [(0, 12), (1, 24)]

@@ -2,9 +2,9 @@
 
 AdamW with a warmup + cosine schedule, bf16 autocast on CUDA, gradient accumulation
 and clipping, a guard that skips steps with a non-finite loss or gradient, atomic
-checkpoints with exact resume, DistributedDataParallel under torchrun, JSONL
-metrics and a progress bar. The task contract is documented in
-:mod:`medvl_engine.training.task`.
+checkpoints with exact resume (the metrics log is cut back to the checkpoint, so no step
+is logged twice), DistributedDataParallel under torchrun, JSONL metrics and a progress bar.
+The task contract is documented in :mod:`medvl_engine.training.task`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from torch import nn
 
 from medvl_engine.errors import ConfigError, DataError, MedVLError
 from medvl_engine.training._metrics_log import MetricsLog, Progress
+from medvl_engine.training._metrics_trim import metrics_size, trim_metrics_log
 from medvl_engine.training.checkpoint import (
     capture_rng_state,
     load_checkpoint,
@@ -108,6 +109,7 @@ class _LoopState:
     bad_steps: int = 0
     best_value: float | None = None
     best_epoch: int | None = None
+    metrics_bytes: int | None = None  # size of metrics.jsonl when the checkpoint was saved
 
 
 def _resolved_config(task: Task, config: RunConfig) -> dict[str, Any]:
@@ -223,7 +225,10 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
             find_unused_parameters=config.ddp_find_unused_parameters,
         )
 
-    log = MetricsLog(out_dir / METRICS_NAME, info.is_main)
+    metrics_path = out_dir / METRICS_NAME
+    if resume_from is not None and info.is_main:
+        trim_metrics_log(metrics_path, state.step, state.metrics_bytes)
+    log = MetricsLog(metrics_path, info.is_main)
     progress = Progress(
         total_steps, state.step, config.progress and info.is_main, f"train {task.name}"
     )
@@ -235,6 +240,7 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
     def write_checkpoint() -> None:
         rng_states = _gather_rng(info)
         if info.is_main:
+            state.metrics_bytes = metrics_size(metrics_path)
             save_checkpoint(
                 checkpoint_path,
                 {
