@@ -156,12 +156,27 @@ def test_resume_logs_every_step_and_evaluation_once(tmp_path):
     assert [r["loss"] for r in records if r["event"] == "step"] == expected
 
 
-def test_resume_keeps_an_evaluation_logged_before_its_checkpoint_only(tmp_path):
-    # 12 steps per epoch and a checkpoint every 12 steps: the epoch-end evaluation at step 12
-    # is logged after the step-12 checkpoint and before the epoch-end one
-    crashing = _CrashAfter(ToyConfig(), crash_at_call=14)
+def test_resume_drops_an_evaluation_logged_after_its_checkpoint(tmp_path, monkeypatch):
+    # 12 steps per epoch, a checkpoint every 12 steps: the step-12 checkpoint is saved, then the
+    # epoch-0 evaluation is logged, then the run dies while saving the epoch-end checkpoint
+    import medvl_engine.training.loop as loop
+
+    saves = []
+
+    def save_then_die(path, payload):
+        saves.append(payload["loop"]["step"])
+        if len(saves) == 2:
+            raise RuntimeError("killed")
+        return real_save(path, payload)
+
+    real_save = loop.save_checkpoint
+    monkeypatch.setattr(loop, "save_checkpoint", save_then_die)
     with pytest.raises(RuntimeError, match="killed"):
-        train(crashing, _run(tmp_path, epochs=2, ckpt_every=12))
+        train(ToyTask(ToyConfig()), _run(tmp_path, epochs=2, ckpt_every=12))
+    assert saves == [12, 12]
+    assert [r["event"] for r in _logged(tmp_path / "run")][-1] == "eval"
+    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+
     train(ToyTask(ToyConfig()), _run(tmp_path, epochs=2, ckpt_every=12, resume="auto"))
     records = _logged(tmp_path / "run")
     assert [r["step"] for r in records if r["event"] == "step"] == list(range(1, 25))
