@@ -34,7 +34,7 @@ def tiny_tower(folder: Path, *, hidden: int = 32, out_dim: int | None = 16, seed
         max_position_embeddings=128,
     )
     BertModel(config).save_pretrained(folder)
-    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)  # keyword is ignored
     backbone = BertModel.from_pretrained(folder, local_files_only=True)
     tokenizer = BertTokenizerFast.from_pretrained(folder, local_files_only=True)
     projection = torch.nn.Linear(hidden, out_dim, bias=False) if out_dim else None

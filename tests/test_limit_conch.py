@@ -1,4 +1,5 @@
-"""LIMIT with CONCH's text tower (the Conch-Z recipe) on a stand-in `conch` package."""
+"""LIMIT with CONCH's text tower (the Conch-Z recipe) on a stand-in `conch` package and a tiny
+CONCH v1.5 vision tower folder."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from _conch_helpers import (
     EMBED_DIM,
     V15_DIM,
     install_fake_conch,
-    install_fake_titan,
     write_conch_checkpoint,
+    write_conch_v15_folder,
 )
 from _limit_helpers import write_feature_store
 from medvl_engine.errors import MissingDependencyError
@@ -58,7 +59,7 @@ def cohort(tmp_path_factory):
 
 def _task(root, tmp_path, monkeypatch, **overrides) -> tuple[LimitTask, RunConfig]:
     install_fake_conch(monkeypatch)
-    titan = install_fake_titan(monkeypatch, tmp_path / "TITAN")
+    titan = write_conch_v15_folder(tmp_path / "conch15")
     values = dict(
         manifest=str(root / "manifest.jsonl"),
         text_model=str(root / "CONCH"),
@@ -120,7 +121,7 @@ def test_one_step_updates_only_the_text_side_and_the_folder_loads_back(
     task.save_pretrained(model, tmp_path / "tuned")
     config = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert config["text_config"]["model_type"] == "medvl-conch-text"
-    assert config["vision_encoder"] == str(tmp_path / "TITAN")
+    assert config["vision_encoder"] == str(tmp_path / "conch15")
     model.eval()
     with torch.no_grad():
         expected = model.encode_texts(PROMPTS)

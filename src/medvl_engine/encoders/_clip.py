@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from medvl_engine.encoders._base import PatchTextEncoder
+from medvl_engine.encoders._folder_checks import (
+    WEIGHTS_NAME,
+    check_model_folder,
+    check_safetensors,
+    folder_errors,
+    load_tokenizer,
+    read_json_object,
+)
 from medvl_engine.encoders._preprocess import ImagePreprocess
 from medvl_engine.encoders._text_tower import TextTower
-from medvl_engine.errors import ModelNotFoundError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -78,24 +84,34 @@ def _clip_text_tower(
 def load_clip_folder(
     folder: Path, *, name: str, device: str | torch.device = "cpu", target_mpp: float = 0.5
 ) -> ClipEncoder:
-    """Load a transformers CLIP folder (config.json, weights, tokenizer, preprocessor config)."""
+    """Load a transformers CLIP folder (config.json, model.safetensors, tokenizer, preprocessor).
+
+    The architecture is transformers' ``CLIPModel``; the folder may hold no code and no pickled
+    weights (see :mod:`._folder_checks`).
+    """
     from transformers import AutoTokenizer, CLIPModel
 
-    try:
-        model = CLIPModel.from_pretrained(folder, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except OSError as error:
-        raise ModelNotFoundError(
-            f"Model folder {folder} is not a complete transformers CLIP checkpoint ({error}); "
-            "it needs config.json, model.safetensors (or pytorch_model.bin) and tokenizer files.",
-            folder,
-        ) from error
+    check_model_folder(folder, needs_tokenizer=True)
+    check_safetensors(folder / WEIGHTS_NAME)
+    with folder_errors(folder, "CLIP settings and weights"):
+        model = CLIPModel.from_pretrained(
+            folder, local_files_only=True, use_safetensors=True, trust_remote_code=False
+        )
+    tokenizer = load_tokenizer(
+        folder,
+        lambda: AutoTokenizer.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=False
+        ),
+    )
     preprocess_file = folder / "preprocessor_config.json"
     if preprocess_file.is_file():
-        preprocess = ImagePreprocess.from_config(json.loads(preprocess_file.read_text()))
+        settings = read_json_object(preprocess_file, "image preprocessing settings")
+        with folder_errors(folder, "image preprocessing settings"):
+            preprocess = ImagePreprocess.from_config(settings)
     else:
         size = int(model.config.vision_config.image_size)
         preprocess = ImagePreprocess(shortest_edge=size, crop_size=(size, size))
-    return ClipEncoder(
-        model, tokenizer, preprocess, name=name, target_mpp=target_mpp, device=device
-    )
+    with folder_errors(folder, "CLIP settings and weights"):
+        return ClipEncoder(
+            model, tokenizer, preprocess, name=name, target_mpp=target_mpp, device=device
+        )

@@ -21,6 +21,7 @@ import torch
 from medvl_engine._atomic import atomic_directory
 from medvl_engine._cache import cache_dir
 from medvl_engine.encoders._base import PatchTextEncoder
+from medvl_engine.encoders._folder_checks import load_weights
 from medvl_engine.encoders._handcrafted import FEATURE_NAMES, handcrafted_features
 from medvl_engine.encoders._text_tower import TextTower, load_text_tower, text_tower_config
 from medvl_engine.errors import MissingDependencyError
@@ -240,17 +241,46 @@ def load_demo_folder(
     folder: Path, config: dict[str, Any], *, name: str, device: str | torch.device = "cpu"
 ) -> DemoEncoder:
     """Load a "medvl-demo" model folder written by :func:`build_demo_model`."""
-    from safetensors.torch import load_file
+    from medvl_engine.encoders._folder_checks import (
+        check_model_folder,
+        config_int,
+        weights_mismatch,
+    )
 
-    state = load_file(folder / "model.safetensors")
+    config = check_model_folder(folder, needs_tokenizer=True)
+    state = load_weights(folder)
     tower = load_text_tower(folder, config, state)
+    vision = [state.get(key) for key in ("vision.mean", "vision.std", "vision.projection")]
+    if any(tensor is None for tensor in vision):
+        missing = [k for k in ("vision.mean", "vision.std", "vision.projection") if k not in state]
+        raise weights_mismatch(folder / "model.safetensors", missing, [])
+    mean, std, projection = vision
+    features = len(FEATURE_NAMES)
+    if (
+        tuple(mean.shape) != (features,)
+        or tuple(std.shape) != (features,)
+        or projection.ndim != 2
+        or projection.shape[0] != features
+        or projection.shape[1] != tower.output_dim
+    ):
+        raise weights_mismatch(folder / "model.safetensors", [], [])
+    source = folder / "config.json"
+    target_mpp = config.get("target_mpp", TARGET_MPP)
+    if isinstance(target_mpp, bool) or not isinstance(target_mpp, (int, float)) or target_mpp <= 0:
+        from medvl_engine.errors import ModelNotFoundError
+
+        raise ModelNotFoundError(
+            f'{source} gives "target_mpp" as {target_mpp!r}, not a positive number of '
+            "micrometres per pixel; delete the folder so the demo model is built again.",
+            source,
+        )
     return DemoEncoder(
-        state["vision.mean"],
-        state["vision.std"],
-        state["vision.projection"],
+        mean,
+        std,
+        projection,
         tower,
         name=name,
-        patch_size=int(config.get("patch_size", PATCH_SIZE)),
-        target_mpp=float(config.get("target_mpp", TARGET_MPP)),
+        patch_size=config_int(config, "patch_size", source, default=PATCH_SIZE),
+        target_mpp=float(target_mpp),
         device=device,
     )

@@ -82,16 +82,17 @@ def load_paired_folder(
     load_vision: Callable[[str, str | torch.device], PatchTextEncoder],
 ) -> PairedEncoder:
     """Load a "medvl-text-tower" folder and the vision encoder its config names."""
-    from safetensors.torch import load_file
+    from medvl_engine.encoders._folder_checks import check_model_folder, load_weights
 
+    config = check_model_folder(folder, needs_tokenizer=True)
     vision_name = config.get("vision_encoder")
-    if not vision_name:
+    if not vision_name or not isinstance(vision_name, str):
         raise ConfigError(
             f'Model folder {folder} does not name its vision encoder; add "vision_encoder" '
             "(a registry name, Hugging Face id or folder) to its config.json.",
             folder,
         )
+    tower = load_text_tower(folder, config, load_weights(folder))
     relative = folder / vision_name
     vision = load_vision(str(relative) if relative.is_dir() else vision_name, device)
-    tower = load_text_tower(folder, config, load_file(folder / "model.safetensors"))
     return PairedEncoder(vision, tower, name=name)

@@ -111,39 +111,78 @@ def text_tower_config(tower: TextTower) -> dict[str, Any]:
 def load_text_tower(
     folder: Path, config: dict[str, Any], state: dict[str, torch.Tensor]
 ) -> TextTower:
-    """Rebuild a :class:`TextTower` from a folder's config dict and its loaded state dict."""
+    """Rebuild a :class:`TextTower` from a folder's config dict and its loaded state dict.
+
+    The backbone is a class transformers itself defines for ``text_config["model_type"]``
+    (or medvl's CONCH text transformer); nothing the folder ships is imported. Any problem is
+    one ModelNotFoundError / UnsafeModelError sentence (see :mod:`._folder_checks`).
+    """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    text_config = dict(config["text_config"])
-    backbone_type = text_config.pop("model_type")
+    from medvl_engine.encoders._folder_checks import (
+        config_int,
+        config_section,
+        folder_errors,
+        load_tokenizer,
+        refuse_code,
+        weights_mismatch,
+    )
+    from medvl_engine.errors import ModelNotFoundError
+
+    folder = Path(folder)
+    source = folder / "config.json"
+    refuse_code(folder, config)
+    text_config = dict(config_section(config, "text_config", source))
+    backbone_type = text_config.pop("model_type", None)
+    if not isinstance(backbone_type, str):
+        raise ModelNotFoundError(
+            f'{source} does not give the text model\'s "model_type" in its "text_config"; '
+            "restore the model folder.",
+            source,
+        )
     if backbone_type == "medvl-conch-text":  # CONCH's transformer, known to transformers on demand
         from medvl_engine.encoders._conch_text import register_conch_text
 
         register_conch_text()
-    backbone_config = AutoConfig.for_model(backbone_type, **text_config)
-    backbone = AutoModel.from_config(backbone_config)
+    pooling = config.get("pooling", "mean")
+    if pooling not in _POOLINGS:
+        raise ModelNotFoundError(
+            f'{source} gives "pooling" as {pooling!r}; it must be one of {", ".join(_POOLINGS)}; '
+            "restore the model folder.",
+            source,
+        )
+    with folder_errors(folder, "text model settings"):
+        backbone_config = AutoConfig.for_model(backbone_type, **text_config)
+        backbone = AutoModel.from_config(backbone_config, trust_remote_code=False)
     projection = None
     if config.get("projection"):
-        spec = config["projection"]
-        projection = torch.nn.Linear(spec["in_features"], spec["out_features"], bias=spec["bias"])
-    tokenizer = AutoTokenizer.from_pretrained(folder, config=backbone_config, local_files_only=True)
+        spec = config_section(config, "projection", source)
+        projection = torch.nn.Linear(
+            config_int(spec, "in_features", source),
+            config_int(spec, "out_features", source),
+            bias=bool(spec.get("bias", False)),
+        )
+    tokenizer = load_tokenizer(
+        folder,
+        lambda: AutoTokenizer.from_pretrained(
+            folder, config=backbone_config, local_files_only=True, trust_remote_code=False
+        ),
+    )
     tower = TextTower(
         backbone,
         tokenizer,
-        pooling=config.get("pooling", "mean"),
+        pooling=pooling,
         normalize_pooled=bool(config.get("normalize_pooled", False)),
         projection=projection,
-        max_length=int(config.get("max_length", 128)),
+        max_length=config_int(config, "max_length", source, default=128),
     )
+    weights = folder / "model.safetensors"
     wanted = {k: v for k, v in state.items() if k.startswith(("text.", "projection."))}
-    missing, unexpected = tower.load_state_dict(wanted, strict=False)
+    try:
+        missing, unexpected = tower.load_state_dict(wanted, strict=False)
+    except RuntimeError as error:  # tensors of the wrong shape for the sizes in config.json
+        raise weights_mismatch(weights, [], []) from error
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:
-        from medvl_engine.errors import CorruptFileError
-
-        raise CorruptFileError(
-            f"Model folder {folder} has weights that do not match its config.json "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); re-save the model.",
-            folder,
-        )
+        raise weights_mismatch(weights, missing, list(unexpected))
     return tower.eval()

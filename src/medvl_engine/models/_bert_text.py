@@ -45,17 +45,20 @@ def resolve_bert_source(name_or_path: str) -> str:
 def load_bert_tokenizer(name_or_path: str | Path) -> Any:
     """The tokenizer of a BERT text model folder (or :data:`MINILM`).
 
-    A folder naming its ``tokenizer_class`` is loaded with that class directly, so the
-    folder's own ``config.json`` (a TopKSigLIP config in a model folder) is not consulted.
+    A folder naming its ``tokenizer_class`` (a tokenizer class transformers defines) is loaded
+    with that class directly, so the folder's own ``config.json`` (a TopKSigLIP config in a
+    model folder) is not consulted.
     """
     source = resolve_bert_source(str(name_or_path))
     settings = Path(source) / "tokenizer_config.json"
     if settings.is_file():
         name = json.loads(settings.read_text(encoding="utf-8")).get("tokenizer_class")
-        tokenizer_class = getattr(transformers, str(name), None) if name else None
-        if tokenizer_class is not None:
-            return tokenizer_class.from_pretrained(source)
-    return AutoTokenizer.from_pretrained(source)
+        tokenizer_class = getattr(transformers, name, None) if isinstance(name, str) else None
+        if isinstance(tokenizer_class, type) and issubclass(
+            tokenizer_class, transformers.PreTrainedTokenizerBase
+        ):
+            return tokenizer_class.from_pretrained(source, trust_remote_code=False)
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
 
 
 def build_bert_model(pretrained: str | None, config_fields: dict[str, Any]) -> BertModel:

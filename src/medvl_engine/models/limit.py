@@ -262,36 +262,38 @@ def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> 
     Works for any "medvl-text-tower" or "medvl-demo" folder (its text side); the vision
     encoder is not loaded (LIMIT works on precomputed features).
     """
-    from safetensors.torch import load_file
-
     from medvl_engine.encoders import load_text_tower
-    from medvl_engine.errors import CorruptFileError, ModelNotFoundError
+    from medvl_engine.encoders._folder_checks import check_model_folder, load_weights
+    from medvl_engine.errors import ModelNotFoundError
 
     folder = Path(folder)
-    config_path = folder / "config.json"
-    if not config_path.is_file() or not (folder / "model.safetensors").is_file():
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
         raise ModelNotFoundError(
             f"{folder} is not a text-tower model folder (config.json and model.safetensors are "
             "needed); give the folder written by medvl-train.",
             folder,
         )
-    try:
-        config = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CorruptFileError(f"{config_path} is not valid JSON ({error}).", config_path) from None
+    config = check_model_folder(folder, needs_tokenizer=True)
     if "text_config" not in config:
         raise ModelNotFoundError(
             f"model folder {folder} has no text tower description (text_config) in config.json; "
             "give a medvl-text-tower or medvl-demo folder.",
             folder,
         )
-    tower = load_text_tower(folder, config, load_file(folder / "model.safetensors"))
+    tower = load_text_tower(folder, config, load_weights(folder))
     vision = config.get("vision_encoder") or (
         config.get("model_type") if config.get("model_type") == "medvl-demo" else ""
     )
+    tau_attn = config.get("tau_attn", 0.05)
+    if isinstance(tau_attn, bool) or not isinstance(tau_attn, (int, float)) or not tau_attn > 0:
+        raise ModelNotFoundError(
+            f'{folder / "config.json"} gives "tau_attn" as {tau_attn!r}, not a positive number; '
+            "restore the model folder.",
+            folder / "config.json",
+        )
     model = LimitModel(
         tower,
-        tau_attn=float(config.get("tau_attn", 0.05)),
+        tau_attn=float(tau_attn),
         normalize_features=bool(config.get("normalize_features", True)),
         vision_encoder=str(vision),
     )

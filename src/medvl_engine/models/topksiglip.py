@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from transformers import BertConfig
 
@@ -432,7 +432,20 @@ def resolve_model(name_or_path: str | Path) -> Path:
 
 
 def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu") -> TopKSigLIP:
-    """Load a model directory written by :func:`save_topksiglip` (offline, eval mode)."""
+    """Load a model directory written by :func:`save_topksiglip` (offline, eval mode).
+
+    The folder is data only (see :mod:`medvl_engine.encoders._folder_checks`): no code, weights
+    from model.safetensors, the architecture from :class:`TopKSigLIPConfig`; pretrained-source
+    fields in its config.json are ignored, so loading never downloads or falls back.
+    """
+    from medvl_engine.encoders._folder_checks import (
+        check_model_folder,
+        folder_errors,
+        load_tokenizer,
+        load_weights,
+        weights_mismatch,
+    )
+
     folder = resolve_model(name_or_path)
     config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
     if not config_path.is_file() or not weights_path.is_file():
@@ -441,34 +454,34 @@ def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu"
             "medvl-train topksiglip.",
             folder,
         )
-    try:
-        values = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ModelNotFoundError(
-            f"{config_path} is not valid JSON ({error}); re-save the model.", config_path
-        ) from None
+    values = check_model_folder(folder, needs_tokenizer=True)
     if values.get("model_type") != MODEL_TYPE:
         raise ModelNotFoundError(
             f"{config_path} is not a TopKSigLIP config (model_type {values.get('model_type')!r}); "
             "pass a TopKSigLIP model folder.",
             config_path,
         )
-    config = TopKSigLIPConfig.from_dict(values)
-    tokenizer = (
-        _bert_text.load_bert_tokenizer(folder)
-        if config.text_family == "bert"
-        else _clip_text.load_tokenizer(folder)
+    with folder_errors(folder, "TopKSigLIP settings"):
+        config = TopKSigLIPConfig.from_dict(values)
+        config = dataclasses.replace(config, vision_pretrained=None, text_pretrained=None)
+    tokenizer = load_tokenizer(
+        folder,
+        lambda: (
+            _bert_text.load_bert_tokenizer(folder)
+            if config.text_family == "bert"
+            else _clip_text.load_tokenizer(folder)
+        ),
     )
-    model = TopKSigLIP(config, tokenizer)
-    state = load_file(str(weights_path))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    with folder_errors(folder, "TopKSigLIP settings"):
+        model = TopKSigLIP(config, tokenizer)
+    state = load_weights(folder)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as error:  # tensors of the wrong shape for the sizes in config.json
+        raise weights_mismatch(weights_path, [], []) from error
     real_missing = [key for key in missing if not key.endswith("position_ids")]
     if real_missing or unexpected:
-        raise ModelNotFoundError(
-            f"weights in {weights_path} do not match its config (missing {real_missing[:3]}, "
-            f"unexpected {list(unexpected)[:3]}); re-save the model.",
-            weights_path,
-        )
+        raise weights_mismatch(weights_path, real_missing, list(unexpected))
     return model.to(device).eval()
 
 

@@ -24,7 +24,6 @@ from medvl_engine.data import (
     OrganStratifiedSampler,
     SlideRecord,
     collate_bags,
-    filter_report,
     read_manifest,
 )
 from medvl_engine.errors import ConfigError, DataError
@@ -67,7 +66,7 @@ class LimitTaskConfig:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
-    report_filter: str = "rules"  # rules | none | "package.module:function" (text -> text)
+    report_filter: str = "rules"  # rules | none | "path/to/file.py:function" | entry point name
     val_fraction: float = 0.01  # held out of train when the manifest has no val rows
     eval_pooling: Literal["report_guided", "mean", "random", "topk"] = "report_guided"
     eval_topk: int = 10
@@ -91,8 +90,9 @@ def _is_conch_checkpoint(path: Path) -> bool:
 def _folder_model_type(folder: Path) -> str | None:
     """The folder's model_type; a CONCH text tower inside is made loadable (needs ``conch``)."""
     from medvl_engine.encoders._conch import require_conch
+    from medvl_engine.encoders._folder_checks import read_config
 
-    config = json.loads((folder / "config.json").read_text())
+    config = read_config(folder)
     if (config.get("text_config") or {}).get("model_type") == "medvl-conch-text":
         from medvl_engine.encoders._conch_text import register_conch_text
 
@@ -137,12 +137,29 @@ def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> 
         return load_limit_model(folder).text_tower.train()
     from transformers import AutoModel, AutoTokenizer, CLIPTextModel
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    if model_type == "clip":
-        backbone = CLIPTextModel.from_pretrained(folder, local_files_only=True)
-        pooling = "pooler"
-    else:
-        backbone = AutoModel.from_pretrained(folder, local_files_only=True)
+    from medvl_engine.encoders._folder_checks import (
+        WEIGHTS_NAME,
+        check_model_folder,
+        check_safetensors,
+        folder_errors,
+    )
+    from medvl_engine.encoders._folder_checks import load_tokenizer as checked_tokenizer
+
+    check_model_folder(folder, needs_tokenizer=True)  # no code, no pickles, a vocabulary
+    check_safetensors(folder / WEIGHTS_NAME)
+    tokenizer = checked_tokenizer(
+        folder,
+        lambda: AutoTokenizer.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=False
+        ),
+    )
+    options = {"local_files_only": True, "use_safetensors": True, "trust_remote_code": False}
+    with folder_errors(folder, "text model settings and weights"):
+        if model_type == "clip":
+            backbone = CLIPTextModel.from_pretrained(folder, **options)
+            pooling = "pooler"
+        else:
+            backbone = AutoModel.from_pretrained(folder, **options)
     return TextTower(backbone, tokenizer, pooling=pooling, max_length=max_length).train()
 
 
@@ -167,29 +184,20 @@ def _projection_to(tower: nn.Module, width: int) -> nn.Linear:
 
 
 def _report_filter(spec: str) -> Callable[[str], str] | None:
-    """``rules`` -> the rule-based filter, ``none`` -> None, ``module:function`` -> that callable.
+    """The filter ``task.report_filter`` names; prints one line saying what will run.
 
-    The callable takes a report and returns the cleaned text, e.g. a local LLM wrapped by
-    :func:`medvl_engine.data.llm_report_filter`.
+    ``rules`` (the rule-based filter), ``none``, ``path/to/file.py:function`` (a function of
+    the user's own file, e.g. a local LLM wrapped by :func:`medvl_engine.data.llm_report_filter`)
+    or an entry point of the group ``medvl.report_filters``; functions of Python itself
+    (``os:system``) or of other modules are refused
+    (see :mod:`medvl_engine.data._report_filter_loader`).
     """
-    if spec == "rules":
-        return filter_report
-    if spec == "none":
-        return None
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(
-            f"task.report_filter={spec!r} is not rules, none or package.module:function."
-        )
-    import importlib
+    from medvl_engine.data._report_filter_loader import resolve_report_filter
 
-    try:
-        function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise ConfigError(f"task.report_filter={spec!r} cannot be imported ({error}).") from None
-    if not callable(function):
-        raise ConfigError(f"task.report_filter={spec!r} is not callable.")
-    return function
+    resolved = resolve_report_filter(spec)
+    if resolved.function is not None and spec.strip() != "rules":
+        print(f"limit: report filter: {resolved.description}", flush=True)
+    return resolved.function
 
 
 def _split_records(
