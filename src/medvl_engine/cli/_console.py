@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ LIBRARY_LOGGERS = (
 """Loggers (and the packages whose warnings) kept quiet during a command unless ``--verbose``."""
 
 _LIBRARY_MODULES = r"(" + "|".join(LIBRARY_LOGGERS) + r")(\.|$)"
+_HUB_PROGRESS_BARS = "HF_HUB_DISABLE_PROGRESS_BARS"
 
 
 def printable(text: str) -> str:
@@ -80,20 +82,26 @@ def command_session(verbose: bool = False) -> Iterator[None]:
     """The run of one command: stderr line tracking and, unless ``verbose``, quiet libraries.
 
     Log records of :data:`LIBRARY_LOGGERS` (at any level) and Python warnings raised from
-    those packages are dropped; everything is put back as it was when the block ends.
+    those packages are dropped, and the Hugging Face libraries, when imported during the
+    block, draw no "Loading weights" bars; everything is put back as it was when it ends.
     """
     original_stderr = sys.stderr
     sys.stderr = _LineTracker(original_stderr)  # type: ignore[assignment]
     loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
     levels = [logger.level for logger in loggers]
+    hide_bars = not verbose and _HUB_PROGRESS_BARS not in os.environ
     try:
         with warnings.catch_warnings():
             if not verbose:
                 warnings.filterwarnings("ignore", module=_LIBRARY_MODULES)
                 for logger in loggers:
                     logger.setLevel(logging.CRITICAL + 1)
+            if hide_bars:
+                os.environ[_HUB_PROGRESS_BARS] = "1"
             yield
     finally:
+        if hide_bars:
+            os.environ.pop(_HUB_PROGRESS_BARS, None)
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
         if sys.stderr is not original_stderr and isinstance(sys.stderr, _LineTracker):

@@ -120,26 +120,29 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
     ``layout`` is the feature store or saved patch layout the heatmap's patches come from
     (coords (x, y), level-0 px); ``slide`` is the open slide or None (no PNG/JPEG backdrop).
     """
+    from medvl_engine._atomic import atomic_group
     from medvl_engine.export import export_heatmap
     from medvl_engine.heatmap import top_patches
 
     boxes = box_scores = None
     if args.top > 0:
         boxes, box_scores = top_patches(layout, heatmap.scores, args.top)
+    with atomic_group():  # the outputs are renamed into place together, once all are written
+        for out in args.out:
+            export_heatmap(
+                out,
+                heatmap,
+                layout,
+                slide=slide,
+                boxes=boxes,
+                box_scores=box_scores,
+                geojson_style=args.geojson_style,
+                contour_levels=args.levels,
+                max_size=args.max_size,
+                level=args.level,
+                colormap=args.colormap,
+                tiff_values=args.tiff_values,
+                tiff_downsample=args.tiff_downsample,
+            )
     for out in args.out:
-        export_heatmap(
-            out,
-            heatmap,
-            layout,
-            slide=slide,
-            boxes=boxes,
-            box_scores=box_scores,
-            geojson_style=args.geojson_style,
-            contour_levels=args.levels,
-            max_size=args.max_size,
-            level=args.level,
-            colormap=args.colormap,
-            tiff_values=args.tiff_values,
-            tiff_downsample=args.tiff_downsample,
-        )
         print(out)

@@ -48,12 +48,14 @@ def say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from medvl_engine._atomic import atomic_group
     from medvl_engine.demo import build_scene, write_scene
 
     scene = build_scene(
         args.out, args.prompt, args.model, args.topk_model, args.k, args.slide_size, progress=say
     )
-    written = write_scene(scene)
+    with atomic_group():  # the result files appear together, once all are written
+        written = write_scene(scene)
     report(scene.notes, written)
     return 0
 

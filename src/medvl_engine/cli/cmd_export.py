@@ -1,4 +1,8 @@
-"""`medvl export HEATMAP.npz --out FILE...`: re-export a saved heatmap, no model needed."""
+"""`medvl export HEATMAP.npz --out FILE...`: re-export a saved heatmap, no model needed.
+
+All ``--out`` files are renamed into place together once every one is written (see
+:func:`medvl_engine._atomic.atomic_group`).
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ Outputs by extension (``--out`` may be repeated):
   importance grid beside it as ``<stem>_importance.npy`` ``[G, G]`` float32;
 * ``.png``: the breast image (CC over MLO) with the importance map and the ranked boxes.
 
-Every file is written to a temporary name in its folder and renamed when complete.
+Every file is written to a temporary name in its folder; all are renamed into place together
+once every one is complete, so an interrupted run leaves the previous outputs as they were.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, got {args.k}.")
 
+    from medvl_engine._atomic import atomic_group
     from medvl_engine.io.mammo import breast_image, open_mammogram
     from medvl_engine.models import write_topk_outputs
     from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
@@ -70,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     breast = breast_image(cc, mlo, size=(side, side // 2))
     result = predict_topk(model, breast, k=args.k)
     sources = {"CC": Path(args.cc), "MLO": Path(args.mlo)}
-    for path in write_topk_outputs(result, breast.image, sources, outputs):
+    with atomic_group():  # renamed into place together, once every output is written
+        written = write_topk_outputs(result, breast.image, sources, outputs)
+    for path in written:
         print(f"wrote {path}")
     for view in ("CC", "MLO"):
         print(f"{view}: {len(result.ranks[view])} patch(es), ranks {result.ranks[view].tolist()}")

@@ -14,9 +14,13 @@ import json
 import sys
 from collections.abc import Sequence
 
+from medvl_engine._termination import Terminated, stop_signals_raise
+from medvl_engine.cli._console import command_session, report_error, report_stop
 from medvl_engine.errors import MedVLError
 
 __all__ = ["build_parser", "main"]
+
+PROGRAM = "medvl-train"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     from medvl_engine.training.registry import task_names
 
     parser = argparse.ArgumentParser(
-        prog="medvl-train",
+        prog=PROGRAM,
         description="Train LIMIT or TopKSigLIP with the shared loop (CPU, GPU, torchrun).",
     )
     parser.add_argument("task", choices=task_names(), help="which model to train")
@@ -34,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="key=value",
         help="override a setting, e.g. run.lr=1e-4 task.negatives=2 (types are checked)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="on failure also print the underlying reasons, and show the file libraries' warnings",
     )
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
     return parser
@@ -48,8 +57,17 @@ def _print_summary(summary: dict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `medvl-train`; returns the process exit status."""
+    """Entry point of `medvl-train`; returns the process exit status.
+
+    SIGTERM (sent by torchrun to the other ranks when one fails, or by a job scheduler) stops
+    the run through its cleanup, like Ctrl-C: no half-written checkpoint is left behind.
+    """
     args = build_parser().parse_intermixed_args(argv)
+    with stop_signals_raise(), command_session(verbose=args.verbose or args.debug):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         from medvl_engine.training import load_config, task_module, train
 
@@ -66,11 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MedVLError as error:
         if args.debug:
             raise
-        print(f"medvl-train: error: {error}", file=sys.stderr)
+        report_error(PROGRAM, error, verbose=args.verbose)
         return error.exit_code
     except KeyboardInterrupt:
-        print("medvl-train: interrupted (resume with run.resume=auto)", file=sys.stderr)
+        report_stop(PROGRAM, "interrupted (resume with run.resume=auto)")
         return 130
+    except Terminated as stop:
+        report_stop(PROGRAM, "stopped by SIGTERM (resume with run.resume=auto)")
+        return int(stop.code)
 
 
 if __name__ == "__main__":
