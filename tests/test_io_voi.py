@@ -60,3 +60,18 @@ def test_rescale_and_monochrome1_inversion():
     assert _voi.invert_monochrome1(np.array([0.0, 0.25, 1.0])).tolist() == [1.0, 0.75, 0.0]
     assert _voi.full_range_window(np.array([100, 150, 300])) == pytest.approx([0, 0.25, 1])
     assert _voi.full_range_window(np.array([7, 7])).tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("function", ["LINEAR", "LINEAR_EXACT", "SIGMOID"])
+def test_windows_that_are_not_numbers_raise_instead_of_giving_nan(function):
+    x = np.array([0.0, 100.0])
+    for center, width in ((50.0, math.nan), (math.nan, 100.0), (50.0, -math.inf)):
+        with pytest.raises(ValueError, match="window"):
+            _voi.voi_window(x, center, width, function)
+
+
+def test_rescale_by_a_non_finite_number_raises_instead_of_giving_nan():
+    with pytest.raises(ValueError, match="finite"):
+        _voi.rescale(np.array([1, 2]), math.nan, 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        _voi.rescale(np.array([1, 2]), 1.0, math.inf)
