@@ -69,8 +69,11 @@ _MAX_SIBLINGS = 256
 def _read_header(path: Path) -> tuple[Any, int]:
     """(dataset without pixels, file offset just after the header).
 
-    Every element, nested ones included, is converted here, so that damaged values raise
-    now (where the caller decides whether the file may fail the open) and not later.
+    Every top-level element except sequences is converted here, so that damaged values
+    raise now (where the caller decides whether the file may fail the open). Sequences stay
+    unparsed until used: a neighbour's per-frame positions (thousands of items) cost time
+    only when it belongs to the series being opened, and their damage surfaces where it is
+    handled (building a level, or the guarded spacing and objective reads).
     """
     import pydicom
 
@@ -79,8 +82,9 @@ def _read_header(path: Path) -> tuple[Any, int]:
         with open(path, "rb") as handle:
             dataset = pydicom.dcmread(handle, stop_before_pixels=True)
             offset = handle.tell()
-        for _ in dataset.iterall():
-            pass
+        for tag in list(dataset.keys()):
+            if getattr(dataset.get_item(tag), "VR", None) != "SQ":
+                dataset[tag]  # converts the raw element
     return dataset, offset
 
 
@@ -133,10 +137,15 @@ def _modality(dataset: Any) -> str:
 def _slide_mpp(dataset: Any) -> tuple[tuple[float, float] | None, str | None]:
     """((x, y) µm per pixel or None, a warning when the stated spacing is impossible)."""
     try:
-        measures = dataset.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
-        spacing = measures.get("PixelSpacing")
-    except (AttributeError, IndexError, KeyError, TypeError):
-        return None, None
+        shared = dataset.get("SharedFunctionalGroupsSequence")
+        if not shared or not shared[0].get("PixelMeasuresSequence"):
+            return None, None
+        spacing = shared[0].PixelMeasuresSequence[0].get("PixelSpacing")
+    except Exception:  # a damaged sequence: pydicom raises many types
+        return None, (
+            "the Pixel Spacing could not be read (its header sequence is damaged), so the "
+            "slide's pixel size is unknown"
+        )
     if spacing is None or spacing == "":
         return None, None
     values = [finite_number(v) for v in as_list(spacing)]
@@ -150,10 +159,14 @@ def _slide_mpp(dataset: Any) -> tuple[tuple[float, float] | None, str | None]:
 
 
 def _objective_power(dataset: Any) -> float | None:
-    for item in dataset.get("OpticalPathSequence") or []:
-        power = finite_number(item.get("ObjectiveLensPower"))
-        if power is not None and power > 0:
-            return power
+    """The objective lens power, None when absent, not positive or unreadable."""
+    try:
+        for item in dataset.get("OpticalPathSequence") or []:
+            power = finite_number(item.get("ObjectiveLensPower"))
+            if power is not None and power > 0:
+                return power
+    except Exception:  # a damaged sequence: the power is unknown, the pixels are not affected
+        return None
     return None
 
 
