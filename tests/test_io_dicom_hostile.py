@@ -536,3 +536,11 @@ def test_damaged_slide_headers_give_sentences_without_raw_text(tmp_path):
             assert_words_only(str(error))
             refused += 1
     assert refused > 20
+
+
+def test_a_text_file_named_dcm_is_called_not_dicom_in_words(tmp_path, capsys):
+    path = tmp_path / "notes.dcm"
+    path.write_text("a note, not an image")
+    err = info_error(capsys, path)
+    assert "notes.dcm: " in err and "it is not a DICOM file" in err
+    assert "force=True" not in err and "File Meta Information" not in err

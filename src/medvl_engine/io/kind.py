@@ -32,9 +32,11 @@ def detect_kind(path: Path) -> Literal["slide", "mammogram"]:
         try:
             header = pydicom.dcmread(path, stop_before_pixels=True)
         except Exception as error:
+            from medvl_engine.io._dicom_values import read_problem
+
             raise CorruptFileError(
-                f"{path.name}: the DICOM header could not be read ({error}); the file is "
-                "damaged or not DICOM, re-copy or re-export it.",
+                f"{path.name}: the DICOM header could not be read because {read_problem(error)}; "
+                "re-copy or re-export it.",
                 path,
             ) from error
         modality = str(header.get("Modality", "")).strip().upper()
