@@ -368,15 +368,37 @@ def weights_mismatch(path: Path, missing: list[str], unexpected: list[str]) -> M
 
 
 @contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Silence transformers' progress bars and load reports; the user gets our one sentence."""
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # pragma: no cover - transformers is a core dependency
+        yield
+        return
+    verbosity = transformers_logging.get_verbosity()
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars:
+            transformers_logging.enable_progress_bar()
+
+
+@contextmanager
 def folder_errors(folder: Path, what: str) -> Iterator[None]:
     """Turn failures of third-party loaders on a folder's files into one sentence.
 
     transformers and tokenizers raise many exception types (some plain ``Exception``) for
     damaged files or configs that do not fit the weights; the user gets the folder and what
-    to do, and the original error stays chained for ``--debug``.
+    to do, and the original error stays chained for ``--debug``. transformers' own load
+    reports and progress bars are silenced meanwhile.
     """
     try:
-        yield
+        with _quiet_transformers():
+            yield
     except MedVLError:
         raise
     except Exception as error:  # noqa: BLE001 - third-party parse errors have no common base
