@@ -544,3 +544,32 @@ def test_a_text_file_named_dcm_is_called_not_dicom_in_words(tmp_path, capsys):
     err = info_error(capsys, path)
     assert "notes.dcm: " in err and "it is not a DICOM file" in err
     assert "force=True" not in err and "File Meta Information" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs Linux /proc")
+def test_a_neighbour_linked_into_proc_is_skipped_unread(tmp_path):
+    image = coordinate_image(70, 90)
+    path = write_sm_dicom(tmp_path / "a.dcm", image, tile=32, series_uid=generate_uid())
+    (tmp_path / "mem.dcm").symlink_to("/proc/self/mem")
+    with open_slide(path) as slide:
+        assert np.array_equal(np.asarray(slide.levels[0]), image)
+        assert slide.properties["medvl.skipped_files"] == 1
+
+
+def test_a_fifo_opened_as_a_mammogram_is_refused_at_once(tmp_path):
+    os.mkfifo(tmp_path / "x.dcm")
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            open_mammogram(tmp_path / "x.dcm")
+        except MedVLError as error:
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(10)
+    _release_fifo(tmp_path / "x.dcm")
+    assert not worker.is_alive()
+    assert isinstance(outcome["error"], UnsupportedFormatError)
+    assert "x.dcm: is a named pipe (FIFO), not a regular file" in str(outcome["error"])

@@ -9,8 +9,6 @@ attribute, never raw exception text.
 from __future__ import annotations
 
 import math
-import os
-import stat
 import struct
 import warnings
 from pathlib import Path
@@ -103,8 +101,13 @@ def read_problem(error: BaseException) -> str:
 
 
 def is_regular_file(path: Path) -> bool:
-    """True for a regular file (following links); False for folders, FIFOs, devices, sockets."""
+    """True for a regular file holding stored data (links followed); False for folders,
+    FIFOs, devices, sockets and entries of /proc, /sys or /dev. Nothing is opened."""
+    from medvl_engine.errors import MedVLError
+    from medvl_engine.io._safe_open import require_regular_file
+
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError):
+        require_regular_file(path)
+    except MedVLError:
         return False
+    return True

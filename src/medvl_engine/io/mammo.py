@@ -30,6 +30,7 @@ from medvl_engine.io._mammogram import (
     Mammogram,
     parse_file_name,
 )
+from medvl_engine.io._safe_open import require_regular_file
 
 __all__ = [
     "BreastImage",
@@ -55,8 +56,7 @@ def open_mammogram(
     why the pixels are not an image (for ``medvl info``).
     """
     path = Path(path)
-    if not path.is_file():
-        raise MedVLError(f"{path}: no such file; check the path.", path)
+    require_regular_file(path)  # a FIFO or device would block or never end
     try:
         with open(path, "rb") as handle:
             head = handle.read(132)
