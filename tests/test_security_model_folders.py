@@ -362,3 +362,37 @@ def test_report_filter_os_system_through_medvl_train_exits_2(tmp_path, capsys):
     assert len(err) == 1 and "task.report_filter='os:system'" in err[0]
     assert "function of Python itself" in err[0]
     assert not (tmp_path / "shell-ran.txt").exists()
+
+
+def test_conch_v1_checkpoint_that_would_run_code_is_refused(tmp_path, monkeypatch):
+    from _conch_helpers import install_fake_conch
+
+    install_fake_conch(monkeypatch)
+    marker = tmp_path / "pickle-ran.txt"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.write_text, (marker, "ran"))
+
+    folder = tmp_path / "CONCH"
+    folder.mkdir()
+    torch.save({"visual.weight": Payload()}, folder / "pytorch_model.bin")
+    with pytest.raises(UnsafeModelError, match="holds more than tensors"):
+        load_encoder(folder, model_type="conch-v1")
+    assert not marker.exists()
+
+
+def test_damaged_demo_model_says_to_delete_its_folder(models, tmp_path, monkeypatch):
+    from medvl_engine.encoders._demo import demo_model_dir
+
+    monkeypatch.setenv("MEDVL_CACHE", str(tmp_path / "cache"))
+    folder = demo_model_dir()
+    shutil.copytree(models / "tower", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "medvl-demo"}))
+    (folder / "model.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(ModelNotFoundError, match="delete that folder and medvl builds"):
+        load_encoder("medvl-demo")
+    (folder / "helper.py").write_text("")
+    with pytest.raises(UnsafeModelError, match="contains program code"):
+        load_encoder("medvl-demo")

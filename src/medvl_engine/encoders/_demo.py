@@ -194,8 +194,12 @@ def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
     }
 
     text_folder = minilm_folder()
-    tokenizer = AutoTokenizer.from_pretrained(text_folder, local_files_only=True)
-    backbone = AutoModel.from_pretrained(text_folder, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(
+        text_folder, local_files_only=True, trust_remote_code=False
+    )
+    backbone = AutoModel.from_pretrained(
+        text_folder, local_files_only=True, use_safetensors=True, trust_remote_code=False
+    )
     tower = TextTower(backbone, tokenizer, pooling="mean", normalize_pooled=True, max_length=128)
     texts, caption_classes = _captions(rng)
     pooled = _encode_by_length(tower, texts)

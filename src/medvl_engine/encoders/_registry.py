@@ -16,7 +16,7 @@ import torch
 
 from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._folder_checks import read_config, refuse_code
-from medvl_engine.errors import ModelNotFoundError, UnsupportedFormatError
+from medvl_engine.errors import ModelNotFoundError, UnsafeModelError, UnsupportedFormatError
 
 __all__ = ["RegistryEntry", "available_encoders", "load_encoder", "register_model_type"]
 
@@ -125,8 +125,17 @@ def load_encoder(
                         f"({error.strerror or error}); set MEDVL_CACHE to a writable folder.",
                         folder,
                     ) from error
-        else:
-            folder = resolve_model_dir(entry.source or name, entry.how_to_get)
+            try:
+                return _load_folder(folder, name, device, model_type or entry.model_type)
+            except ModelNotFoundError as error:
+                if isinstance(error, UnsafeModelError):
+                    raise
+                raise ModelNotFoundError(
+                    f"The demo model in {folder} is damaged or incomplete; delete that folder "
+                    "and medvl builds the demo model again on next use.",
+                    folder,
+                ) from error
+        folder = resolve_model_dir(entry.source or name, entry.how_to_get)
         return _load_folder(folder, name, device, model_type or entry.model_type)
     path = Path(name).expanduser()
     if path.is_file():
