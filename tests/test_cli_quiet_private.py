@@ -144,6 +144,23 @@ def test_a_file_name_that_is_not_utf8_is_shown_and_not_blamed(non_utf8_folder, c
     assert "utf-8" not in line.lower() and "surrogate" not in line
 
 
+def test_a_heatmap_of_a_slide_whose_name_is_not_utf8(non_utf8_folder, tmp_path, capfd):
+    from _infer_helpers import demo_encoder
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    demo_encoder()
+    made = make_synthetic_slide(
+        tmp_path / "plain.tiff", seed=3, size=(1024, 1024), classes=("tumor", "stroma")
+    ).path
+    slide = non_utf8_folder / os.fsdecode(b"sl\xffide.tiff")
+    os.replace(made, slide)
+    out = tmp_path / "h.npz"
+    assert main(["heatmap", str(slide), "--prompt", "tumor", "--out", str(out)]) == 0
+    with np.load(out) as data:
+        assert len(data["scores"]) > 0
+    assert "error" not in capfd.readouterr().err
+
+
 def test_a_heatmap_error_starts_on_its_own_line_after_the_progress_line(tmp_path, capfd):
     import tifffile
 

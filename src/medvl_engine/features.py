@@ -305,7 +305,7 @@ def store_path_for(slide: Any, encoder: Any, grid: PatchGridLike) -> Path:
             hashlib.sha1(coords.tobytes()).hexdigest(),
         ]
     )
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    digest = hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return cache_dir() / "features" / f"{path.stem}-{digest}.zarr"
 
 
