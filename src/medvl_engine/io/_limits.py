@@ -1,0 +1,124 @@
+"""How many pixels a reader may decode at once, checked against sizes a file declares.
+
+A header costs a few bytes to forge, so every size it declares is checked before memory is
+set aside for it: a whole image decoded in one piece (PNG, JPEG, strip TIFF, mammograms),
+one tile or strip of a tiled level, one region asked for, and the size of a slide itself.
+Each limit is a module constant that an environment variable overrides (a whole number of
+pixels); the defaults suit a machine with 16-24 GB of memory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from medvl_engine.errors import ResourceLimitError
+
+__all__ = [
+    "MAX_DECODE_PIXELS",
+    "MAX_SLIDE_PIXELS",
+    "MAX_TILE_PIXELS",
+    "check_decode_size",
+    "check_slide_size",
+    "check_tile_size",
+    "format_pixels",
+    "max_decode_pixels",
+    "max_slide_pixels",
+    "max_tile_pixels",
+]
+
+MAX_DECODE_PIXELS = 2**28
+"""Pixels decoded in one piece: a whole plain image or one region (16k x 16k; 800 MB as RGB)."""
+
+MAX_TILE_PIXELS = 2**26
+"""Pixels of one tile or strip of a level (8k x 8k; 200 MB as RGB)."""
+
+MAX_SLIDE_PIXELS = 2**36
+"""Level-0 pixels of a slide (262k x 262k; a 75 x 25 mm glass slide at 0.25 um/px is 9% of it)."""
+
+_ENV_DECODE = "MEDVL_MAX_DECODE_PIXELS"
+_ENV_TILE = "MEDVL_MAX_TILE_PIXELS"
+_ENV_SLIDE = "MEDVL_MAX_SLIDE_PIXELS"
+
+
+def _setting(variable: str, default: int) -> int:
+    text = os.environ.get(variable, "").strip().replace("_", "")
+    if not text:
+        return default
+    try:
+        value = int(float(text))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def max_decode_pixels() -> int:
+    """Pixels one whole-image decode or one region may hold (env MEDVL_MAX_DECODE_PIXELS)."""
+    return _setting(_ENV_DECODE, MAX_DECODE_PIXELS)
+
+
+def max_tile_pixels() -> int:
+    """Pixels one tile or strip may hold once decoded (env MEDVL_MAX_TILE_PIXELS)."""
+    return _setting(_ENV_TILE, MAX_TILE_PIXELS)
+
+
+def max_slide_pixels() -> int:
+    """Level-0 pixels a slide may declare (env MEDVL_MAX_SLIDE_PIXELS)."""
+    return _setting(_ENV_SLIDE, MAX_SLIDE_PIXELS)
+
+
+def format_pixels(count: int) -> str:
+    """A pixel count in words a user reads at a glance: '268 million px', '1.0 trillion px'."""
+    for size, word in ((10**12, "trillion"), (10**9, "billion"), (10**6, "million")):
+        if count >= size:
+            value = count / size
+            return f"{value:.3g} {word} px" if value < 100 else f"{value:.0f} {word} px"
+    return f"{count:,} px"
+
+
+def check_decode_size(path: str | os.PathLike, width: int, height: int, what: str) -> None:
+    """Refuse to decode ``what`` (e.g. "the image") of width x height px in one piece above
+    the limit, with a ResourceLimitError naming both sizes and the setting."""
+    limit = max_decode_pixels()
+    pixels = int(width) * int(height)
+    if pixels > limit:
+        name = Path(path).name
+        raise ResourceLimitError(
+            f"{name}: {what} is {int(width):,} x {int(height):,} px ({format_pixels(pixels)}), "
+            f"more than the {format_pixels(limit)} decoded in one piece ({_ENV_DECODE}); "
+            "convert it to a tiled pyramidal TIFF, or raise the limit if this machine has "
+            "the memory.",
+            path,
+        )
+
+
+def check_tile_size(
+    path: str | os.PathLike, tile_width: int, tile_height: int, samples: int, level: int
+) -> None:
+    """Refuse a level whose tiles (or strips) decode to more than the tile limit each."""
+    limit = max_tile_pixels()
+    pixels = int(tile_width) * int(tile_height)
+    if pixels > limit:
+        name = Path(path).name
+        megabytes = pixels * max(int(samples), 1) / 2**20
+        raise ResourceLimitError(
+            f"{name}: level {level} is stored in tiles of {int(tile_width):,} x "
+            f"{int(tile_height):,} px ({megabytes:,.0f} MB each once decoded), more than the "
+            f"{format_pixels(limit)} a tile may hold ({_ENV_TILE}); re-export the slide with "
+            "tiles of 256 to 1024 px.",
+            path,
+        )
+
+
+def check_slide_size(path: str | os.PathLike, width: int, height: int) -> None:
+    """Refuse a slide whose level 0 declares more pixels than any glass slide holds."""
+    limit = max_slide_pixels()
+    pixels = int(width) * int(height)
+    if pixels > limit:
+        name = Path(path).name
+        raise ResourceLimitError(
+            f"{name}: declares {int(width):,} x {int(height):,} px ({format_pixels(pixels)}), "
+            f"more than the {format_pixels(limit)} a slide may have ({_ENV_SLIDE}); the header "
+            "is damaged or forged, re-export the slide.",
+            path,
+        )
