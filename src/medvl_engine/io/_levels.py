@@ -179,6 +179,10 @@ class PositionalFile:
             self._handle.seek(offset)
             return self._handle.read(count)
 
+    def size(self) -> int:
+        """Length of the file in bytes."""
+        return os.fstat(self._handle.fileno()).st_size
+
     def close(self) -> None:
         self._handle.close()
 

@@ -76,9 +76,14 @@ def format_pixels(count: int) -> str:
     return f"{count:,} px"
 
 
-def check_decode_size(path: str | os.PathLike, width: int, height: int, what: str) -> None:
+_CONVERT = "convert it to a tiled pyramidal TIFF, or raise the limit if this machine has the memory"
+
+
+def check_decode_size(
+    path: str | os.PathLike, width: int, height: int, what: str, advice: str = _CONVERT
+) -> None:
     """Refuse to decode ``what`` (e.g. "the image") of width x height px in one piece above
-    the limit, with a ResourceLimitError naming both sizes and the setting."""
+    the limit, with a ResourceLimitError naming both sizes, the setting and ``advice``."""
     limit = max_decode_pixels()
     pixels = int(width) * int(height)
     if pixels > limit:
@@ -86,8 +91,7 @@ def check_decode_size(path: str | os.PathLike, width: int, height: int, what: st
         raise ResourceLimitError(
             f"{name}: {what} is {int(width):,} x {int(height):,} px ({format_pixels(pixels)}), "
             f"more than the {format_pixels(limit)} decoded in one piece ({_ENV_DECODE}); "
-            "convert it to a tiled pyramidal TIFF, or raise the limit if this machine has "
-            "the memory.",
+            f"{advice}.",
             path,
         )
 

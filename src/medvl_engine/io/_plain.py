@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
+from medvl_engine.errors import CorruptFileError, ResourceLimitError, UnsupportedFormatError
 from medvl_engine.io._levels import to_rgb, wrap_decode_errors
+from medvl_engine.io._limits import check_decode_size
 
 __all__ = ["PlainPyramid", "pil_image_size", "pil_loader"]
 
@@ -23,14 +24,15 @@ SMALLEST_LEVEL_PX = 512
 
 
 def pil_image_size(path: Path) -> tuple[int, int]:
-    """(width, height) of an image PIL reads, from its header only."""
+    """(width, height) of an image PIL reads, from its header only; ResourceLimitError when
+    it is too large to decode in one piece (see ``medvl_engine.io._limits``)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
-            return int(image.width), int(image.height)
+            width, height = int(image.width), int(image.height)
     except Image.DecompressionBombError as error:
-        raise UnsupportedFormatError(
+        raise ResourceLimitError(
             f"{path.name}: a plain image this large cannot be decoded in one piece ({error}); "
             "convert it to a tiled pyramidal TIFF.",
             path,
@@ -47,6 +49,8 @@ def pil_image_size(path: Path) -> tuple[int, int]:
             "damaged, re-copy or re-export it.",
             path,
         ) from error
+    check_decode_size(path, width, height, "the image")
+    return width, height
 
 
 def pil_loader(path: Path) -> Callable[[], np.ndarray]:
@@ -68,11 +72,21 @@ def pil_loader(path: Path) -> Callable[[], np.ndarray]:
     return load
 
 
+_HALVE_BAND_ROWS = 1024
+
+
 def _halve(pixels: np.ndarray) -> np.ndarray:
-    """Area-average 2x2 blocks; [H, W, 3] -> [H // 2, W // 2, 3] (odd edge row/col dropped)."""
-    height, width = pixels.shape[0] // 2 * 2, pixels.shape[1] // 2 * 2
-    blocks = pixels[:height, :width].reshape(height // 2, 2, width // 2, 2, 3)
-    return ((blocks.astype(np.uint16).sum(axis=(1, 3)) + 2) // 4).astype(np.uint8)
+    """Area-average 2x2 blocks; [H, W, 3] -> [H // 2, W // 2, 3] (odd edge row/col dropped).
+
+    Works in bands of rows so its 16-bit sums never hold more than a band at a time.
+    """
+    height, width = pixels.shape[0] // 2, pixels.shape[1] // 2
+    out = np.empty((height, width, 3), np.uint8)
+    for start in range(0, height, _HALVE_BAND_ROWS):
+        stop = min(start + _HALVE_BAND_ROWS, height)
+        band = pixels[2 * start : 2 * stop, : 2 * width].reshape(stop - start, 2, width, 2, 3)
+        out[start:stop] = (band.astype(np.uint16).sum(axis=(1, 3)) + 2) // 4
+    return out
 
 
 def level_shapes(width: int, height: int) -> list[tuple[int, int]]:

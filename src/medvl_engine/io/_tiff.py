@@ -25,11 +25,16 @@ from medvl_engine.io._levels import (
     to_rgb,
     wrap_decode_errors,
 )
+from medvl_engine.io._limits import check_decode_size, check_tile_size
+from medvl_engine.io._tiff_ifds import check_ifd_chain
 
 __all__ = ["TiffSlideParts", "open_tiff_slide"]
 
 MAX_MICROSCOPE_MPP = 50.0
 """A level-0 resolution coarser than this (um/px) is a screen/print default (e.g. 72 dpi)."""
+
+_SPARSE_TILE_VENDORS = ("philips_tiff",)
+"""Formats whose writers leave empty tiles out (length 0): those tiles are background."""
 
 _PHI_KEY_WORDS = ("patient", "birth", "accession", "user", "filename", "barcode")
 _WHITE = 255
@@ -38,7 +43,14 @@ _WHITE = 255
 class _TiledPageSource:
     """Pixels of one tiled, chunky TIFF page, decoded tile by tile (rows, cols in level px)."""
 
-    def __init__(self, path: Path, reader: PositionalFile, page: Any, level: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        reader: PositionalFile,
+        page: Any,
+        level: int,
+        sparse_is_background: bool = False,
+    ) -> None:
         self.path = path
         self.reader = reader
         height, width = int(page.imagelength), int(page.imagewidth)
@@ -49,6 +61,7 @@ class _TiledPageSource:
         self.tiles_across = math.ceil(width / self.tile_hw[1])
         self.offsets = page.dataoffsets  # tifffile's own sequences: no copy on open
         self.counts = page.databytecounts
+        self.sparse_is_background = sparse_is_background
         keyframe = page.keyframe
         self.decode = keyframe.decode
         self.decode_args: dict[str, Any] = {"_fullsize": True}
@@ -60,9 +73,13 @@ class _TiledPageSource:
 
     def _tile(self, row: int, col: int) -> np.ndarray | None:
         index = row * self.tiles_across + col
-        if index >= len(self.offsets) or self.counts[index] == 0:
-            return None
         offset, count = int(self.offsets[index]), int(self.counts[index])
+        if count == 0 or offset == 0:
+            if self.sparse_is_background:
+                return None
+            raise ValueError(
+                f"the tile at column {col}, row {row} has no data recorded (offset or length 0)"
+            )
         data = self.reader.read(offset, count)
         if len(data) != count:
             raise ValueError("tile data ends before its recorded length")
@@ -90,7 +107,7 @@ class _TiledPageSource:
             sy0, sy1 = max(y0, ty0), min(y1, ty0 + th)
             sx0, sx1 = max(x0, tx0), min(x1, tx0 + tw)
             target = out[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0]
-            if tile is None:  # a tile the scanner skipped: background
+            if tile is None:  # a tile the scanner skipped (where the format allows it)
                 target[...] = _WHITE
                 return
             target[...] = to_rgb(tile[sy0 - ty0 : sy1 - ty0, sx0 - tx0 : sx1 - tx0])
@@ -202,11 +219,54 @@ def _check_page_decodable(path: Path, page: Any) -> None:
         )
 
 
+def _chunk_hw(page: Any) -> tuple[int, int]:
+    """(rows, columns) of one tile, or of one strip, of a page as declared."""
+    if page.is_tiled:
+        return int(page.tilelength), int(page.tilewidth)
+    return min(int(page.rowsperstrip), int(page.imagelength)), int(page.imagewidth)
+
+
+def _check_chunk_table(
+    path: Path, page: Any, keyframe: Any, level: int, file_size: int, sparse_ok: bool
+) -> None:
+    """Refuse a tile/strip table that disagrees with the declared size, records no data for
+    some tiles (offset or length 0, unless the format allows sparse tiles) or points past
+    the end of the file; each would otherwise show as blank pixels passed off as real."""
+    unit = "tiles" if keyframe.is_tiled else "strips"
+    expected = math.prod(int(n) for n in keyframe.chunked)
+    offsets = np.asarray(page.dataoffsets, dtype=np.int64)
+    counts = np.asarray(page.databytecounts, dtype=np.int64)
+    width, height = int(keyframe.imagewidth), int(keyframe.imagelength)
+    if offsets.size != expected or counts.size != expected:
+        raise CorruptFileError(
+            f"{path.name}: level {level} declares {width:,} x {height:,} px, which needs "
+            f"{expected:,} {unit}, but its table lists {offsets.size:,}; the header is damaged "
+            "or forged, re-copy or re-export the file.",
+            path,
+        )
+    empty = (counts == 0) | (offsets == 0)
+    if empty.any() and not sparse_ok:
+        raise CorruptFileError(
+            f"{path.name}: {int(empty.sum()):,} of the {expected:,} {unit} of level {level} have "
+            "no data recorded (offset or length 0), so parts of the image would show as "
+            "blank; the file is damaged or was not fully written, re-copy or re-export it.",
+            path,
+        )
+    beyond = ~empty & (offsets + counts > file_size)
+    if beyond.any():
+        raise CorruptFileError(
+            f"{path.name}: {int(beyond.sum()):,} {unit} of level {level} lie past the end of the "
+            "file; it is truncated, re-copy or re-export it.",
+            path,
+        )
+
+
 def open_tiff_slide(path: Path) -> TiffSlideParts:
     """Open a TIFF-family slide; metadata only, pixels stay on disk."""
     import tifffile
     import tiffslide
 
+    check_ifd_chain(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -278,11 +338,22 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
 
     reader = PositionalFile(path)
     parts.closers.append(reader.close)
+    vendor = properties.get("tiffslide.vendor")
+    sparse_is_background = vendor in _SPARSE_TILE_VENDORS
+    single_plain_image = len(series.levels) == 1 and not series.levels[0].keyframe.is_tiled
+    file_size = reader.size()
     group = None
     for level_index, level in enumerate(series.levels):
         keyframe = level.keyframe
         _check_page_decodable(path, keyframe)
         pages = list(level.pages)
+        if single_plain_image:
+            check_decode_size(path, keyframe.imagewidth, keyframe.imagelength, "the image")
+        else:
+            chunk_h, chunk_w = _chunk_hw(keyframe)
+            check_tile_size(path, chunk_w, chunk_h, keyframe.samplesperpixel, level_index)
+        for page in pages:
+            _check_chunk_table(path, page, keyframe, level_index, file_size, sparse_is_background)
         direct = (
             len(pages) == 1
             and keyframe.is_tiled
@@ -291,7 +362,9 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
             and axes in ("YXS", "YX")
         )
         if direct:
-            source: Any = _TiledPageSource(path, reader, pages[0], level_index)
+            source: Any = _TiledPageSource(
+                path, reader, pages[0], level_index, sparse_is_background
+            )
         else:
             if group is None:
                 group = slide.zarr_group
@@ -302,7 +375,6 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
 
     page0 = series.levels[0].keyframe
     parts.tiled = parts.tiled and bool(page0.is_tiled)
-    vendor = properties.get("tiffslide.vendor")
     fallback_vendor = "ome-tiff" if slide.ts_tifffile.is_ome else "generic-tiff"
     parts.vendor = str(vendor) if vendor else fallback_vendor
     mpp_x = _float_or_none(properties.get("tiffslide.mpp-x"))

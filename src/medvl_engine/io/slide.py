@@ -23,7 +23,9 @@ import numpy as np
 
 from medvl_engine._reason import error_reason
 from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
-from medvl_engine.io._levels import as_dask_level
+from medvl_engine.io._levels import as_dask_level, for_each_in_parallel
+from medvl_engine.io._limits import check_decode_size, check_slide_size
+from medvl_engine.io._safe_open import describe_file_type, require_regular_file
 
 __all__ = ["SLIDE_SUFFIXES", "Slide", "open_slide", "sniff_kind"]
 
@@ -34,10 +36,14 @@ SLIDE_SUFFIXES = (
 
 WHITE = 255
 
+THUMBNAIL_DECODE_PIXELS = 2**26
+"""Pixels a thumbnail decodes at most: a level above this is sampled tile by tile."""
+
 _TIFF_MAGICS = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _TIFF_SUFFIXES = (".svs", ".ndpi", ".tif", ".tiff", ".scn", ".bif", ".qptiff")
+_SINGLE_FILE_SUFFIXES = (*_TIFF_SUFFIXES, ".png", ".jpg", ".jpeg")
 
 
 class Slide:
@@ -62,6 +68,14 @@ class Slide:
     ) -> None:
         self.path = Path(path)
         self._sources = list(sources)
+        self._tile_sizes = [(int(h), int(w)) for h, w in tile_sizes]
+        self._closers = list(closers)
+        height0, width0 = (int(v) for v in self._sources[0].shape[:2])
+        try:
+            check_slide_size(self.path, width0, height0)
+        except MedVLError:
+            self.close()
+            raise
         token = _file_token(self.path)
         self.levels: list[da.Array] = [
             as_dask_level(source, tile, f"medvl-slide-{token}-level{index}")
@@ -81,7 +95,6 @@ class Slide:
         self.private_properties: dict[str, Any] = dict(private_properties or {})
         """Fields that may identify a patient; shown only when a user asks (``--show-phi``)."""
         self.associated_images: Mapping[str, np.ndarray] = associated_images or {}
-        self._closers = list(closers)
 
     @property
     def dimensions(self) -> tuple[int, int]:
@@ -118,6 +131,13 @@ class Slide:
                 f"{self.path.name}: region size {size} is negative; give (width, height) >= 0.",
                 self.path,
             )
+        check_decode_size(
+            self.path,
+            width,
+            height,
+            f"the region asked for at level {level}",
+            "ask for a smaller region or a coarser level",
+        )
         down_x, down_y = self._axis_downsamples(level)
         x0 = math.floor(location[0] / down_x)
         y0 = math.floor(location[1] / down_y)
@@ -139,7 +159,14 @@ class Slide:
         return best
 
     def thumbnail(self, max_px: int = 512) -> np.ndarray:
-        """The whole slide, [h, w, 3] uint8, longest side ``max_px`` (never upscaled)."""
+        """The whole slide, [h, w, 3] uint8, longest side ``max_px`` (never upscaled).
+
+        Made from the coarsest level at least that large. A level of more than
+        THUMBNAIL_DECODE_PIXELS (a slide without a pyramid) is never decoded whole: its
+        tiles are read one at a time and shrunk into place; when even that would decode
+        more than the budget, only a regular lattice of tiles is read, each standing in
+        for its unread neighbours, so time and memory stay bounded on any slide.
+        """
         from PIL import Image
 
         width0, height0 = self.dimensions
@@ -153,11 +180,52 @@ class Slide:
                 break
             level -= 1
         w, h = self.level_dimensions[level]
+        if w * h > THUMBNAIL_DECODE_PIXELS:
+            return self._tiled_thumbnail(level, target_w, target_h)
         pixels = self._sources[level].read(0, h, 0, w)
         if (w, h) == (target_w, target_h):
             return np.ascontiguousarray(pixels)
         image = Image.fromarray(np.ascontiguousarray(pixels))
         return np.asarray(image.resize((target_w, target_h), Image.Resampling.LANCZOS))
+
+    def _tiled_thumbnail(self, level: int, target_w: int, target_h: int) -> np.ndarray:
+        """[target_h, target_w, 3] from the tiles of ``level``, decoding at most
+        THUMBNAIL_DECODE_PIXELS: every ``step``-th tile row and column, each tile resized
+        over the area of the step x step block of tiles it stands for."""
+        from PIL import Image
+
+        width, height = self.level_dimensions[level]
+        tile_h = max(1, min(self._tile_sizes[level][0], height))
+        tile_w = max(1, min(self._tile_sizes[level][1], width))
+        rows, cols = math.ceil(height / tile_h), math.ceil(width / tile_w)
+        budget_tiles = max(1, THUMBNAIL_DECODE_PIXELS // (tile_h * tile_w))
+        step = 1
+        while math.ceil(rows / step) * math.ceil(cols / min(step, cols)) > budget_tiles:
+            step += 1
+        step_r, step_c = step, min(step, cols)
+        scale_x, scale_y = target_w / width, target_h / height
+        out = np.full((target_h, target_w, 3), WHITE, dtype=np.uint8)
+        blocks = []
+        for row in range(0, rows, step_r):
+            y0, y1 = row * tile_h, min((row + step_r) * tile_h, height)
+            ty0, ty1 = round(y0 * scale_y), round(y1 * scale_y)
+            for col in range(0, cols, step_c):
+                x0, x1 = col * tile_w, min((col + step_c) * tile_w, width)
+                tx0, tx1 = round(x0 * scale_x), round(x1 * scale_x)
+                if ty1 > ty0 and tx1 > tx0:
+                    blocks.append((y0, x0, ty0, ty1, tx0, tx1))
+        source = self._sources[level]
+
+        def shrink(block: tuple[int, ...]) -> None:
+            y0, x0, ty0, ty1, tx0, tx1 = block
+            tile = source.read(y0, min(y0 + tile_h, height), x0, min(x0 + tile_w, width))
+            image = Image.fromarray(np.ascontiguousarray(tile))
+            out[ty0:ty1, tx0:tx1] = np.asarray(
+                image.resize((tx1 - tx0, ty1 - ty0), Image.Resampling.BOX)
+            )
+
+        for_each_in_parallel(shrink, blocks)
+        return out
 
     def close(self) -> None:
         """Release open files; the levels cannot be read afterwards."""
@@ -192,9 +260,21 @@ def _file_token(path: Path) -> str:
 
 
 def sniff_kind(path: Path) -> str:
-    """'tiff', 'dicom', 'png', 'jpeg' or 'folder' from the file's first bytes, else 'unknown'."""
+    """'tiff', 'dicom', 'png', 'jpeg' or 'folder' from the file's first bytes, else 'unknown'.
+
+    Only a regular file is opened: a pipe, device, socket or /proc entry raises
+    UnsupportedFormatError (see :func:`require_regular_file`), as does a folder named like
+    a single-file format (``x.svs/``).
+    """
     if path.is_dir():
+        if path.suffix.lower() in _SINGLE_FILE_SUFFIXES:
+            raise UnsupportedFormatError(
+                f"{path.name}: is {describe_file_type(path.stat().st_mode)} named like an "
+                "image file; give the path of the image file itself.",
+                path,
+            )
         return "folder"
+    require_regular_file(path)
     with open(path, "rb") as handle:
         head = handle.read(132)
     if head[:4] in _TIFF_MAGICS:
