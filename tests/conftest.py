@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -57,3 +64,70 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 cuda = torch.cuda.is_available()
             if not cuda:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+def _limited_run(
+    command: Sequence[str] | str, timeout_s: float, max_mb: float, address_space_mb: float
+) -> tuple[int, str, str, float]:
+    popen_argv = [sys.executable, "-c", command] if isinstance(command, str) else list(command)
+
+    def limit_address_space() -> None:
+        size = int(address_space_mb * 2**20)
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            popen_argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            preexec_fn=limit_address_space,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        timed_out = False
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                os.killpg(process.pid, signal.SIGKILL)
+                pid, status, usage = os.wait4(process.pid, 0)
+                break
+            time.sleep(0.02)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+    if timed_out:
+        stderr += f"\n[run_limited: killed after {timeout_s} s]"
+    peak_mb = usage.ru_maxrss / 1024.0  # kilobytes on Linux
+    if peak_mb > max_mb:
+        stderr += f"\n[run_limited: peak RSS {peak_mb:.0f} MB is over {max_mb} MB]"
+    return process.returncode, stdout, stderr, peak_mb
+
+
+@pytest.fixture
+def run_limited():
+    """Run a command in a child process with bounded address space and time.
+
+    ``run_limited(command, timeout_s, max_mb, address_space_mb=3072)`` runs ``command`` (an
+    argv list, or a string of Python code run with this interpreter) with RLIMIT_AS set to
+    ``address_space_mb`` and kills its process group after ``timeout_s`` seconds. It returns
+    ``(returncode, stdout, stderr, peak_rss_mb)``: returncode is negative for a signal (-9
+    after a timeout), peak_rss_mb the child's own maximum resident set. When the child ran
+    out of time or went over ``max_mb`` a note saying so is appended to stderr; the caller
+    asserts on the numbers.
+    """
+
+    def run(
+        command: Sequence[str] | str,
+        timeout_s: float = 10.0,
+        max_mb: float = 1024.0,
+        address_space_mb: float = 3072.0,
+    ) -> tuple[int, str, str, float]:
+        return _limited_run(command, timeout_s, max_mb, address_space_mb)
+
+    return run

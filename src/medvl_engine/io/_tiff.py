@@ -347,13 +347,13 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts,
         keyframe = level.keyframe
         _check_page_decodable(path, keyframe)
         pages = list(level.pages)
+        for page in pages:
+            _check_chunk_table(path, page, keyframe, level_index, file_size, sparse_is_background)
         if single_plain_image:
             check_decode_size(path, keyframe.imagewidth, keyframe.imagelength, "the image")
         else:
             chunk_h, chunk_w = _chunk_hw(keyframe)
             check_tile_size(path, chunk_w, chunk_h, keyframe.samplesperpixel, level_index)
-        for page in pages:
-            _check_chunk_table(path, page, keyframe, level_index, file_size, sparse_is_background)
         direct = (
             len(pages) == 1
             and keyframe.is_tiled

@@ -4,7 +4,7 @@ A TIFF is a chain of IFDs, each ending in the file offset of the next; SubIFDs (
 hang pyramid levels off an IFD as a list of offsets. A chain that points back to an earlier
 IFD makes a parser loop forever, and a forged chain of millions of IFDs makes it run for
 hours, so :func:`check_ifd_chain` follows the chain (classic TIFF, BigTIFF and Hamamatsu
-NDPI, whose files over 4 GB carry 64-bit next-IFD offsets) and the SubIFD lists, reading
+NDPI, whose next-IFD offsets are 64-bit in an otherwise classic TIFF) and the SubIFD lists, reading
 only the directory entries, and stops at the first repeated IFD of the chain or past
 ``MAX_IFDS`` directories.
 """
@@ -118,7 +118,7 @@ def check_ifd_chain(path: str | os.PathLike) -> int:
                     start = index * layout.entry_size
                     tag, kind, count = struct.unpack_from(layout.entry_format, table, start)
                     value_at = table_at + start + layout.entry_size - layout.inline_size
-                    if tag == _NDPI_FORMAT_TAG and len(seen) == 1 and size > 2**32:
+                    if tag == _NDPI_FORMAT_TAG and len(seen) == 1:
                         ndpi_wide_offsets = not layout.big
                     if tag == _SUBIFDS_TAG and kind in _OFFSET_TYPES and count:
                         subs = _sub_offsets(path, read, layout, kind, count, value_at, size)

@@ -36,8 +36,11 @@ SLIDE_SUFFIXES = (
 
 WHITE = 255
 
-THUMBNAIL_DECODE_PIXELS = 2**26
-"""Pixels a thumbnail decodes at most: a level above this is sampled tile by tile."""
+THUMBNAIL_LEVEL_PIXELS = 2**26
+"""Largest level a thumbnail decodes in one piece; a larger one is read tile by tile."""
+
+THUMBNAIL_TILE_BUDGET = 2**28
+"""Pixels a tile-by-tile thumbnail decodes at most; beyond it only a lattice of tiles is read."""
 
 _TIFF_MAGICS = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -162,10 +165,10 @@ class Slide:
         """The whole slide, [h, w, 3] uint8, longest side ``max_px`` (never upscaled).
 
         Made from the coarsest level at least that large. A level of more than
-        THUMBNAIL_DECODE_PIXELS (a slide without a pyramid) is never decoded whole: its
-        tiles are read one at a time and shrunk into place; when even that would decode
-        more than the budget, only a regular lattice of tiles is read, each standing in
-        for its unread neighbours, so time and memory stay bounded on any slide.
+        THUMBNAIL_LEVEL_PIXELS (a slide without a pyramid) is never decoded whole: its
+        tiles are read one at a time and shrunk into place; when that would decode more
+        than THUMBNAIL_TILE_BUDGET pixels, only a regular lattice of tiles is read, each
+        standing in for its unread neighbours, so time and memory stay bounded on any slide.
         """
         from PIL import Image
 
@@ -180,7 +183,7 @@ class Slide:
                 break
             level -= 1
         w, h = self.level_dimensions[level]
-        if w * h > THUMBNAIL_DECODE_PIXELS:
+        if w * h > THUMBNAIL_LEVEL_PIXELS:
             return self._tiled_thumbnail(level, target_w, target_h)
         pixels = self._sources[level].read(0, h, 0, w)
         if (w, h) == (target_w, target_h):
@@ -190,15 +193,15 @@ class Slide:
 
     def _tiled_thumbnail(self, level: int, target_w: int, target_h: int) -> np.ndarray:
         """[target_h, target_w, 3] from the tiles of ``level``, decoding at most
-        THUMBNAIL_DECODE_PIXELS: every ``step``-th tile row and column, each tile resized
-        over the area of the step x step block of tiles it stands for."""
+        THUMBNAIL_TILE_BUDGET px: every ``step``-th tile row and column, each tile resized
+        over the area of the step x step block of tiles it stands for (step 1: every tile)."""
         from PIL import Image
 
         width, height = self.level_dimensions[level]
         tile_h = max(1, min(self._tile_sizes[level][0], height))
         tile_w = max(1, min(self._tile_sizes[level][1], width))
         rows, cols = math.ceil(height / tile_h), math.ceil(width / tile_w)
-        budget_tiles = max(1, THUMBNAIL_DECODE_PIXELS // (tile_h * tile_w))
+        budget_tiles = max(1, THUMBNAIL_TILE_BUDGET // (tile_h * tile_w))
         step = 1
         while math.ceil(rows / step) * math.ceil(cols / min(step, cols)) > budget_tiles:
             step += 1
