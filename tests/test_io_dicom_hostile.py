@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 
@@ -573,3 +574,22 @@ def test_a_fifo_opened_as_a_mammogram_is_refused_at_once(tmp_path):
     assert not worker.is_alive()
     assert isinstance(outcome["error"], UnsupportedFormatError)
     assert "x.dcm: is a named pipe (FIFO), not a regular file" in str(outcome["error"])
+
+
+def test_a_mammogram_declaring_a_huge_size_is_refused_before_decoding(tmp_path, run_limited):
+    # header says 65,535 x 65,535 px (the most DICOM allows) of JPEG-compressed pixels: refused from the header alone
+    tile = imagecodecs.jpeg8_encode(np.zeros((8, 8), np.uint8))
+    path = write_dicom(
+        tmp_path / "huge.dcm",
+        np.zeros((8, 8), np.uint8),
+        Rows=65_535,
+        Columns=65_535,
+        PixelData=encapsulate([tile]),
+        transfer_syntax=JPEGBaseline8Bit,
+    )
+    code = "import sys; from medvl_engine.io import open_mammogram; open_mammogram(sys.argv[1])"
+    returncode, _, stderr, peak_mb = run_limited(
+        [sys.executable, "-c", code, str(path)], timeout_s=20, max_mb=1024
+    )
+    assert returncode != 0 and peak_mb < 1024
+    assert "ResourceLimitError" in stderr and "65,535 x 65,535 px" in stderr

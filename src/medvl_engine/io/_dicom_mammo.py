@@ -37,6 +37,7 @@ from medvl_engine.io._dicom_values import (
     stated,
     whole_number,
 )
+from medvl_engine.io._limits import check_decode_size
 from medvl_engine.io._mammogram import VIEW_NAMES, Mammogram, parse_file_name
 
 __all__ = ["PRIVATE_DICOM_KEYWORDS", "display_pixels", "open_dicom_mammogram", "voi_options"]
@@ -307,6 +308,7 @@ def _open(path: Path, voi_index: int, placeholder_ok: bool) -> Mammogram:
     problem = _placeholder_problem(rows, columns)
     if problem and not placeholder_ok:
         raise UnsupportedFormatError(f"{path.name}: {problem}.", path)
+    check_decode_size(path, columns, rows, "the mammogram")
     _check_native_length(path, dataset, rows, columns)
     stored = _stored_pixels(path, dataset)
     problem = problem or _placeholder_problem(*stored.shape)

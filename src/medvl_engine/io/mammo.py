@@ -24,6 +24,7 @@ from medvl_engine.errors import (
 )
 from medvl_engine.io import _voi
 from medvl_engine.io._breast import BreastImage, breast_image
+from medvl_engine.io._limits import check_decode_size
 from medvl_engine.io._mammogram import (
     MAMMOGRAM_SUFFIXES,
     VIEW_NAMES,
@@ -31,6 +32,7 @@ from medvl_engine.io._mammogram import (
     parse_file_name,
 )
 from medvl_engine.io._safe_open import require_regular_file
+from medvl_engine.io._tiff_ifds import check_ifd_chain
 
 __all__ = [
     "BreastImage",
@@ -88,19 +90,27 @@ def open_mammogram(
 
 def _open_plain(path: Path, head: bytes) -> Mammogram:
     """PNG/TIFF/JPEG: 8-bit values / 255; 16-bit values spread over their own range."""
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
+        check_ifd_chain(path)
     try:
         if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
             import tifffile
 
-            pixels = np.asarray(tifffile.imread(path, key=0))
+            with tifffile.TiffFile(path) as tiff:
+                page = tiff.pages[0]
+                check_decode_size(path, page.imagewidth, page.imagelength, "the image")
+                pixels = np.asarray(page.asarray())
         else:
             from PIL import Image
 
             with Image.open(path) as image:
+                check_decode_size(path, image.width, image.height, "the image")
                 image.load()
                 if image.mode == "P":
                     image = image.convert("RGB")
                 pixels = np.asarray(image)
+    except MedVLError:
+        raise
     except Exception as error:
         raise CorruptFileError(
             f"{path.name}: the image could not be decoded ({error}); the file is damaged or "
