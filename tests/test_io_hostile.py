@@ -371,3 +371,33 @@ def test_tile_data_past_the_end_of_the_file_is_refused_at_open(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptFileError, match="lie past the end of the file"):
         open_slide(path)
+
+
+def _jpeg2000_tiff_stating(path: Path, stated: int) -> Path:
+    """A 64 x 64 JPEG 2000 tiled TIFF whose first tile's SIZ states ``stated`` px a side."""
+    tifffile.imwrite(path, coordinate_image(64, 64), tile=(32, 32), compression="jpeg2000")
+    with tifffile.TiffFile(path) as tiff:
+        offset = int(tiff.pages[0].dataoffsets[0])
+    data = bytearray(path.read_bytes())
+    assert data[offset : offset + 4] == b"\xff\x4f\xff\x51"
+    data[offset + 8 : offset + 16] = stated.to_bytes(4, "big") * 2  # Xsiz, Ysiz
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_jpeg2000_tile_stating_a_huge_image_is_not_decoded(tmp_path, run_limited):
+    path = _jpeg2000_tiff_stating(tmp_path / "j2k-bomb.tif", 60_000)
+    started = time.monotonic()
+    result = run_limited([sys.executable, "-c", API_PROBE, str(path)], TIME_LIMIT_S)
+    _assert_refused(result, path, "states an image of 60,000 x 60,000 px", TIME_LIMIT_S, started)
+
+
+def test_jpeg2000_tiles_of_their_own_size_still_decode(tmp_path):
+    path = tmp_path / "j2k.tif"
+    image = coordinate_image(64, 64)
+    tifffile.imwrite(
+        path, image, tile=(32, 32), compression="jpeg2000", compressionargs={"level": 0}
+    )
+    with open_slide(path) as slide:
+        region = np.asarray(slide.read_region((0, 0), 0, (64, 64)))
+    assert np.array_equal(region[..., :3], image)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
+from medvl_engine.io._codestream import JPEG2000_COMPRESSIONS, jpeg2000_stated_size
 from medvl_engine.io._levels import (
     LazyImages,
     PositionalFile,
@@ -62,6 +63,7 @@ class _TiledPageSource:
         self.offsets = page.dataoffsets  # tifffile's own sequences: no copy on open
         self.counts = page.databytecounts
         self.sparse_is_background = sparse_is_background
+        self.jpeg2000 = int(page.compression) in JPEG2000_COMPRESSIONS
         keyframe = page.keyframe
         self.decode = keyframe.decode
         self.decode_args: dict[str, Any] = {"_fullsize": True}
@@ -83,11 +85,24 @@ class _TiledPageSource:
         data = self.reader.read(offset, count)
         if len(data) != count:
             raise ValueError("tile data ends before its recorded length")
+        if self.jpeg2000:
+            self._check_stated_size(data, row, col)
         segment = self.decode(data, index, **self.decode_args)[0]
         if segment is None:
             return None
         th, tw = self.tile_hw
         return segment.reshape(th, tw, -1)
+
+    def _check_stated_size(self, data: bytes, row: int, col: int) -> None:
+        stated = jpeg2000_stated_size(data)
+        th, tw = self.tile_hw
+        if stated is not None and (stated[0] > tw or stated[1] > th):
+            raise CorruptFileError(
+                f"{self.path.name}: the JPEG 2000 tile at column {col}, row {row} states an image "
+                f"of {stated[0]:,} x {stated[1]:,} px inside a {tw} x {th} px tile, so it is not "
+                "decoded; the file is damaged or crafted, re-copy or re-export it.",
+                self.path,
+            )
 
     def _read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
         out = np.empty((y1 - y0, x1 - x0, 3), dtype=np.uint8)
