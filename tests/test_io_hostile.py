@@ -401,3 +401,16 @@ def test_jpeg2000_tiles_of_their_own_size_still_decode(tmp_path):
     with open_slide(path) as slide:
         region = np.asarray(slide.read_region((0, 0), 0, (64, 64)))
     assert np.array_equal(region[..., :3], image)
+
+
+def test_a_tiff_cut_before_its_first_image_is_described_in_words(tmp_path):
+    whole = _tiled_rgb(tmp_path / "whole.tif", 512, 512, 256)
+    with tifffile.TiffFile(whole) as tiff:
+        first_ifd = int(tiff.pages[0].offset)
+    cut = tmp_path / "cut.svs"
+    cut.write_bytes(whole.read_bytes()[: min(first_ifd, 4096) - 1])
+    with pytest.raises(CorruptFileError) as caught:
+        open_slide(cut)
+    message = str(caught.value)
+    assert "points to no readable image" in message and "cut.svs" in message
+    assert "out of range" not in message and "index" not in message

@@ -291,8 +291,8 @@ def open_tiff_slide(path: Path) -> TiffSlideParts:
         raise _open_error(path, error) from error
     except (ValueError, KeyError, IndexError, OSError, AssertionError, TypeError) as error:
         raise CorruptFileError(
-            f"{path.name}: the TIFF structure could not be read ({error}); the file is "
-            "damaged or not a slide, re-copy or re-export it.",
+            f"{path.name}: {_structure_problem(error)}; the file is damaged, truncated or not a "
+            "slide, re-copy or re-export it.",
             path,
         ) from error
 
@@ -305,6 +305,17 @@ def open_tiff_slide(path: Path) -> TiffSlideParts:
             close()
         raise
     return parts
+
+
+def _structure_problem(error: Exception) -> str:
+    """What a parser failure means for the user, in words (the raw text stays in __cause__)."""
+    if isinstance(error, IndexError):
+        return "its TIFF header points to no readable image (the first image lies past the end)"
+    if isinstance(error, OSError):
+        return (
+            "its TIFF structure could not be read from disk (the file ends early or is unreadable)"
+        )
+    return "its TIFF structure is inconsistent (tags missing or out of their allowed range)"
 
 
 def _open_error(path: Path, error: Exception) -> Exception:

@@ -123,7 +123,7 @@ def _open_plain(path: Path, head: bytes) -> Mammogram:
         photometric = "RGB"
     if pixels.ndim != 2 or min(pixels.shape) < 2:
         raise UnsupportedFormatError(
-            f"{path.name}: image of shape {pixels.shape} is not a 2-D grayscale view; "
+            f"{path.name}: {_shape_in_words(pixels.shape)}, not a single 2-D view; "
             "give a single mammographic view.",
             path,
         )
@@ -144,3 +144,11 @@ def _open_plain(path: Path, head: bytes) -> Mammogram:
         voi=voi_name,
         properties={"format": path.suffix.lower().lstrip(".")},
     )
+
+
+def _shape_in_words(shape: tuple[int, ...]) -> str:
+    if 0 in shape or len(shape) < 2:
+        return "holds no image pixels"
+    if len(shape) == 2:
+        return f"holds a {shape[1]} x {shape[0]} px image, too small to be a view"
+    return f"holds {len(shape)}-dimensional data of {' x '.join(str(n) for n in shape)} values"
