@@ -47,15 +47,14 @@ damage = st.tuples(
 )
 
 
-@pytest.fixture(scope="module")
-def originals(sample_data):
+def load_originals(sample_folder: Path) -> dict[str, bytes]:
+    """The bytes of every sample file present, by relative name."""
     names = SLIDE_SAMPLES + MAMMOGRAM_SAMPLES
-    present = {
-        name: (sample_data / name).read_bytes() for name in names if (sample_data / name).exists()
+    return {
+        name: (sample_folder / name).read_bytes()
+        for name in names
+        if (sample_folder / name).exists()
     }
-    if not present:
-        pytest.skip("no sample files to damage")
-    return present
 
 
 @settings(
@@ -63,10 +62,11 @@ def originals(sample_data):
     deadline=None,
     derandomize=True,
     database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(which=st.integers(0, 99), change=damage)
-def test_damaged_samples_raise_only_medvl_errors(originals, which, change):
+def fuzz_damaged_samples(originals: dict[str, bytes], which: int, change) -> None:
+    """Each damaged copy opens and reads, or raises a MedVLError carrying its sentence."""
     name = sorted(originals)[which % len(originals)]
     cut, flips = change
     data = damaged(originals[name], cut, flips)
@@ -78,3 +78,25 @@ def test_damaged_samples_raise_only_medvl_errors(originals, which, change):
                 exercise(path)
             except MedVLError as error:
                 assert str(error).strip(), "a MedVLError must carry its sentence"
+
+
+FUZZ_TIME_LIMIT_S = 240.0
+FUZZ_MEMORY_LIMIT_MB = 1024.0
+
+
+def test_damaged_samples_raise_only_medvl_errors_within_bounds(sample_data, run_limited):
+    # in a child process with limited address space: a blow-up fails the test, not the machine
+    if not load_originals(sample_data):
+        pytest.skip("no sample files to damage")
+    code = (
+        "import sys; from pathlib import Path; "
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "from test_io_fuzz import fuzz_damaged_samples, load_originals; "
+        f"fuzz_damaged_samples(load_originals(Path({str(sample_data)!r}))); "
+        "print('fuzzed')"
+    )
+    returncode, stdout, stderr, peak_mb = run_limited(
+        code, timeout_s=FUZZ_TIME_LIMIT_S, max_mb=FUZZ_MEMORY_LIMIT_MB
+    )
+    assert returncode == 0 and "fuzzed" in stdout, stderr[-3000:]
+    assert peak_mb < FUZZ_MEMORY_LIMIT_MB
