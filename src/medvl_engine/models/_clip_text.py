@@ -10,12 +10,13 @@ byte) is built from a config alone (:func:`write_byte_level_tokenizer`).
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+from medvl_engine.models._pretrained import load_pretrained
 
 __all__ = [
     "build_text_model",
@@ -24,8 +25,6 @@ __all__ = [
     "load_tokenizer",
     "write_byte_level_tokenizer",
 ]
-
-log = logging.getLogger(__name__)
 
 BOS_TOKEN = "<|startoftext|>"
 EOS_TOKEN = "<|endoftext|>"
@@ -68,25 +67,21 @@ def write_byte_level_tokenizer(folder: str | Path) -> CLIPTokenizer:
 
 
 def load_tokenizer(folder_or_id: str | Path) -> CLIPTokenizer:
-    """A CLIP tokenizer from a model folder or hub id."""
-    return CLIPTokenizer.from_pretrained(str(folder_or_id))
+    """A CLIP tokenizer from a model folder or hub id (one sentence when it cannot be found)."""
+    return load_pretrained(CLIPTokenizer, str(folder_or_id), "CLIP tokenizer", "the tokenizer")
 
 
 def build_text_model(
     pretrained: str | None, tiny_config: dict | None, tokenizer: CLIPTokenizer
 ) -> CLIPTextModel:
-    """The text encoder: pretrained weights when ``pretrained`` resolves, else a fresh model.
+    """The text encoder: the weights ``pretrained`` names (one sentence when they cannot be
+    found), or with ``pretrained=None`` a randomly initialised model on purpose.
 
     tiny_config: CLIPTextConfig fields (hidden_size, num_hidden_layers, ...) of the fresh
     model; token ids (vocabulary size, BOS/EOS/padding) are taken from ``tokenizer``.
     """
     if pretrained:
-        try:
-            return CLIPTextModel.from_pretrained(pretrained)
-        except (OSError, ValueError) as error:
-            log.warning(
-                "CLIP text weights %s unavailable (%s); using random init.", pretrained, error
-            )
+        return load_pretrained(CLIPTextModel, pretrained, "CLIP text", "task.text_pretrained")
     fields = dict(tiny_config or {})
     fields.setdefault("max_position_embeddings", 77)
     config = CLIPTextConfig(

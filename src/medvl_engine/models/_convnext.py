@@ -6,14 +6,13 @@ with the ImageNet statistics the pretrained weights expect.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from transformers import ConvNextConfig, ConvNextModel
 
-__all__ = ["CONVNEXT_TINY", "build_convnext", "grayscale_to_input", "pooled_features", "run_stages"]
+from medvl_engine.errors import ConfigError
+from medvl_engine.models._pretrained import load_pretrained
 
-log = logging.getLogger(__name__)
+__all__ = ["CONVNEXT_TINY", "build_convnext", "grayscale_to_input", "pooled_features", "run_stages"]
 
 # ConvNeXt-Tiny (Liu et al. 2022), the paper's vision encoder.
 CONVNEXT_TINY = {"depths": [3, 3, 9, 3], "hidden_sizes": [96, 192, 384, 768]}
@@ -30,26 +29,23 @@ def build_convnext(
     """A ConvNeXt with the given stage depths and widths.
 
     pretrained: a Hugging Face id or local folder (e.g. ``facebook/convnext-tiny-224``) whose
-    weights are loaded when they can be found (on disk, in the cache, or on the hub when online);
-    otherwise the model is randomly initialised (residual branches scaled by
+    weights are loaded (from disk, the Hugging Face cache, or the hub when online); weights that
+    cannot be found, or whose shape differs from ``depths`` / ``hidden_sizes``, stop with one
+    sentence. None: random initialisation on purpose (residual branches scaled by
     ``layer_scale_init``; ConvNeXt's 1e-6 suits long runs, small from-scratch runs learn faster
-    with ~0.1) and a warning is logged.
+    with ~0.1).
     """
     if pretrained:
-        try:
-            model = ConvNextModel.from_pretrained(pretrained)
-        except (OSError, ValueError) as error:
-            log.warning(
-                "ConvNeXt weights %s unavailable (%s); using random init.", pretrained, error
+        model = load_pretrained(ConvNextModel, pretrained, "ConvNeXt", "task.vision_pretrained")
+        shape = (list(model.config.depths), list(model.config.hidden_sizes))
+        if shape != (list(depths), list(hidden_sizes)):
+            raise ConfigError(
+                f"ConvNeXt weights {pretrained} have depths {shape[0]} and widths {shape[1]}, "
+                f"not the configured {list(depths)} and {list(hidden_sizes)}; set "
+                "task.vision_depths / task.vision_hidden_sizes to match them, or "
+                "task.vision_pretrained=null to train from random initialisation on purpose."
             )
-        else:
-            if list(model.config.depths) == list(depths) and list(
-                model.config.hidden_sizes
-            ) == list(hidden_sizes):
-                return model
-            log.warning(
-                "ConvNeXt weights %s do not match the configured shape; random init.", pretrained
-            )
+        return model
     config = ConvNextConfig(
         depths=list(depths),
         hidden_sizes=list(hidden_sizes),

@@ -327,30 +327,24 @@ def build_topksiglip(
     tokenizer_source: str | Path | None = None,
     work_dir: str | Path | None = None,
 ) -> TopKSigLIP:
-    """A new model: pretrained towers when available (see the config), else random init.
+    """A new model: the pretrained towers the config names, random init where it names none.
 
-    The tokenizer comes from ``tokenizer_source`` (folder or hub id), else from
-    ``config.text_pretrained``, else a byte-level tokenizer is written to ``work_dir`` (a
-    temporary folder when None).
+    Named weights or tokenizers that cannot be found stop with one sentence (no silent random
+    init). The tokenizer comes from ``tokenizer_source`` (folder or hub id), else from
+    ``config.text_pretrained``; with neither, a byte-level tokenizer is written to ``work_dir``
+    (a temporary folder when None).
     """
     if config.text_family == "bert":
         source = tokenizer_source or config.text_pretrained
         if not source:
             raise ValueError("a BERT text tower needs text_pretrained (e.g. 'all-MiniLM-L6-v2')")
         return TopKSigLIP(config, _bert_text.load_bert_tokenizer(source))
-    tokenizer = None
-    for source in (tokenizer_source, config.text_pretrained):
-        if source:
-            try:
-                tokenizer = _clip_text.load_tokenizer(source)
-                break
-            except (OSError, ValueError, TypeError):
-                continue
-    if tokenizer is None:
+    source = tokenizer_source or config.text_pretrained
+    if source:
+        tokenizer = _clip_text.load_tokenizer(source)
+    else:
         folder = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="medvl-tok-"))
         tokenizer = _clip_text.write_byte_level_tokenizer(folder)
-        if config.text_pretrained:
-            config = dataclasses.replace(config, text_pretrained=None)
     return TopKSigLIP(config, tokenizer)
 
 
