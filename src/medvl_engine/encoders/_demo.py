@@ -102,10 +102,22 @@ class DemoEncoder(PatchTextEncoder):
 
     def _embed_patches(self, patches: torch.Tensor) -> torch.Tensor:
         standardised = (handcrafted_features(patches) - self.mean) / self.std
-        return standardised @ self.projection
+        return fixed_order_matmul(standardised, self.projection)
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
         return self.text_tower.encode(texts)
+
+
+def fixed_order_matmul(rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """rows [B, K] @ matrix [K, D] summed over k = 0 .. K-1 in order, one elementwise step each.
+
+    A BLAS product picks its kernel and summation order by batch size and threads, so a
+    patch's embedding would differ in the last bits between batches; this does not.
+    """
+    out = rows[:, :1] * matrix[0]
+    for k in range(1, matrix.shape[0]):
+        out = out + rows[:, k : k + 1] * matrix[k]
+    return out
 
 
 def minilm_folder() -> Path:

@@ -6,6 +6,7 @@ feature is a fixed, deterministic function of the pixels (no learned weights).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -65,8 +66,8 @@ def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
     flat = rgb.flatten(2)  # [B, 3, P]
     gray = (0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2]).unsqueeze(1)  # [B, 1, h, w]
 
-    optical_density = -torch.log(rgb.clamp_min(1 / 255))  # [B, 3, h, w]
-    hed = torch.einsum("bchw,cd->bdhw", optical_density, _HED_FROM_RGB.to(rgb.device)).clamp_min(0)
+    optical_density = -_math(np.log, rgb.clamp_min(1 / 255))  # [B, 3, h, w]
+    hed = _unmix_stains(optical_density).clamp_min(0)  # [B, 3 (h, e, d), h, w]
     haem = hed[:, :1]
     hed_flat = hed.flatten(2)
 
@@ -75,8 +76,8 @@ def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
     saturation = (value - minimum) / value.clamp_min(1e-6)
     hue = _hue(flat, value, minimum)
     weight = saturation / saturation.sum(1, keepdim=True).clamp_min(1e-6)
-    hue_cos = (torch.cos(hue) * weight).sum(1)
-    hue_sin = (torch.sin(hue) * weight).sum(1)
+    hue_cos = (_math(np.cos, hue) * weight).sum(1)
+    hue_sin = (_math(np.sin, hue) * weight).sum(1)
 
     gray_flat = gray.flatten(1)
     haem_flat = haem.flatten(1)
@@ -127,6 +128,32 @@ def handcrafted_features(patches: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
+def _math(function: np.ufunc, values: torch.Tensor) -> torch.Tensor:
+    """``function`` (np.log, np.cos, np.sin, np.sqrt) of ``values``, the same bits every call.
+
+    On the CPU torch hands these to a vector-math library whose first call in a process
+    sometimes gives one thread's share of the batch different last bits; numpy computes every
+    element with one kernel on one thread. Other devices use torch's own function.
+    """
+    if values.device.type != "cpu":
+        return getattr(torch, function.__name__)(values)
+    return torch.from_numpy(function(values.contiguous().numpy()))
+
+
+def _unmix_stains(optical_density: torch.Tensor) -> torch.Tensor:
+    """Stain densities [B, 3 (h, e, d), h, w] of optical densities [B, 3 (r, g, b), h, w].
+
+    Elementwise products summed in a fixed order rather than a matrix product: a BLAS kernel's
+    summation order depends on the batch size and thread count, which would make a patch's
+    descriptors differ in the last bits depending on the batch it was encoded in.
+    """
+    unmix = _HED_FROM_RGB.to(optical_density.device)  # [3 (r, g, b), 3 (h, e, d)]
+    red, green, blue = optical_density.unbind(1)
+    return torch.stack(
+        [red * unmix[0, d] + green * unmix[1, d] + blue * unmix[2, d] for d in range(3)], 1
+    )
+
+
 def _to_work_size(patches: torch.Tensor) -> torch.Tensor:
     """uint8 [B, H, W, 3] -> float32 [B, 3, 96, 96] in [0, 1]: area (adaptive average) resize.
 
@@ -167,7 +194,7 @@ def _window_average(values: torch.Tensor, dim: int, size: int) -> torch.Tensor:
 def _std(values: torch.Tensor, dim: int) -> torch.Tensor:
     """Sample standard deviation along ``dim``: sqrt(sum((x - mean)^2) / (n - 1)), two passes."""
     centred = values - values.mean(dim, keepdim=True)
-    return (centred.square().sum(dim) / (values.shape[dim] - 1)).sqrt()
+    return _math(np.sqrt, centred.square().sum(dim) / (values.shape[dim] - 1))
 
 
 def _box_mean(image: torch.Tensor, size: int) -> torch.Tensor:
@@ -204,7 +231,7 @@ def _gradient_magnitude(image: torch.Tensor) -> torch.Tensor:
     """Central-difference gradient magnitude of [B, 1, h, w] -> [B, 1, h-2, w-2]."""
     dx = image[..., 1:-1, 2:] - image[..., 1:-1, :-2]
     dy = image[..., 2:, 1:-1] - image[..., :-2, 1:-1]
-    return torch.sqrt(dx**2 + dy**2 + 1e-12)
+    return _math(np.sqrt, dx**2 + dy**2 + 1e-12)
 
 
 def _laplacian(image: torch.Tensor) -> torch.Tensor:
