@@ -2,9 +2,12 @@
 
 Store layout (a zarr group): ``features`` [N, D] float32, ``coords`` [N, 2] int64 (x, y)
 level-0 px of each patch's top-left corner; attributes ``patch_size_level0``, ``patch_size``,
-``target_mpp``, ``encoder``, ``slide``, ``slide_mpp`` ((x, y) um per level-0 px or None),
-``slide_dimensions`` ((width, height) level-0 px), ``n_total`` and ``n_done`` (rows written, in
-order; a store with n_done < n_total is resumed by running the extraction again).
+``target_mpp``, ``encoder``, ``slide`` (the slide's file name, never its folder),
+``slide_fingerprint`` (its content fingerprint, see :mod:`medvl_engine._fingerprint`),
+``slide_mpp`` ((x, y) um per level-0 px or None), ``slide_dimensions`` ((width, height) level-0
+px), ``n_total`` and ``n_done`` (rows written, in order; a store with n_done < n_total is
+resumed by running the extraction again). A store imported from a TRIDENT/CLAM file also has
+``imported_from`` (that file's name) and ``source_fingerprint`` (its content fingerprint).
 """
 
 from __future__ import annotations
@@ -24,20 +27,26 @@ import torch
 
 from medvl_engine._feature_io import (
     STORE_FORMAT,
+    StoreMismatch,
     create_store,
     open_store_group,
     read_h5_features,
     read_store,
 )
+from medvl_engine._fingerprint import short_fingerprint, slide_fingerprint
 from medvl_engine.errors import CancelledError, DataError
 
 __all__ = [
     "FeatureStore",
     "PatchGridLike",
+    "check_store_matches_slide",
     "extract_features",
     "import_h5_features",
+    "open_features_for_slide",
     "read_patches",
     "slide_features",
+    "slide_identity",
+    "store_file_name",
     "store_path_for",
 ]
 
@@ -63,7 +72,9 @@ class FeatureStore:
 
     ``features`` is float32 [N, D], C-contiguous, rows L2-normalised (so a prompt's cosine map
     is one mat-vec); ``coords`` int64 [N, 2] (x, y) level-0 px top-left; ``mpp`` the slide's
-    level-0 (x, y) um/px or None.
+    level-0 (x, y) um/px or None; ``slide`` the slide's file name and ``slide_fingerprint`` its
+    content fingerprint (None for stores that did not record one); ``imported_from`` the name
+    of the TRIDENT/CLAM file the features came from, if any.
     """
 
     features: np.ndarray
@@ -77,6 +88,8 @@ class FeatureStore:
     slide_dimensions: tuple[int, int] | None = None
     path: Path | None = None
     stride: int | None = None
+    slide_fingerprint: str | None = None
+    imported_from: str | None = None
 
     def __post_init__(self) -> None:
         features = np.ascontiguousarray(self.features, dtype=np.float32)
@@ -135,6 +148,7 @@ def extract_features(
     num_workers: int = 1,
     prefetch: int = 4,
     torch_threads: int | None = None,
+    replace_mismatch: bool = False,
 ) -> FeatureStore:
     """Encode every patch of ``grid`` into a zarr store at ``out_path`` and return it loaded.
 
@@ -148,8 +162,13 @@ def extract_features(
     runs under bf16 (or fp16) autocast. ``torch_threads`` sets torch's intra-op threads for
     the run (restored afterwards; None keeps them): on a CPU-bound run with a cheap encoder,
     one fewer than the cores leaves a core to the reader.
+
+    A store already at ``out_path`` is resumed only when it was made from the same slide
+    (content fingerprint), encoder and grid; otherwise DataError, or, with
+    ``replace_mismatch`` (for stores in the cache, which can be rebuilt), it is replaced.
     """
     out_path = Path(out_path)
+    slide_name, fingerprint = slide_identity(slide)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64).reshape(-1, 2)
     total = len(coords)
     attrs = {
@@ -161,13 +180,19 @@ def extract_features(
         "stride_level0": int(getattr(grid, "stride_level0", 0)) or None,
         "target_mpp": None if grid.target_mpp is None else float(grid.target_mpp),
         "encoder": str(encoder.name),
-        "slide": str(getattr(slide, "path", "")),
+        "slide": slide_name,
+        "slide_fingerprint": fingerprint,
         "slide_mpp": None if slide.mpp is None else [float(v) for v in slide.mpp],
         "slide_dimensions": [int(v) for v in slide.dimensions],
         "embed_dim": int(encoder.embed_dim),
         "n_total": total,
     }
-    group = open_store_group(out_path, coords, attrs)
+    try:
+        group = open_store_group(out_path, coords, attrs)
+    except StoreMismatch:
+        if not replace_mismatch:
+            raise
+        group = None  # a cached store of an older format or another slide: built again
     if group is None:
         group = create_store(out_path, coords, attrs, chunk_rows=batch_size)
     features = group["features"]
@@ -220,7 +245,7 @@ def extract_features(
                 for start in range(block_start, block_stop, batch_size):
                     if is_cancelled():
                         raise CancelledError(
-                            f"Feature extraction for {Path(attrs['slide']).name or 'the slide'} "
+                            f"Feature extraction for {slide_name or 'the slide'} "
                             f"was cancelled after {done} of {total} patches; run it again with "
                             f"the same output {out_path} to resume."
                         )
@@ -252,52 +277,170 @@ def import_h5_features(
     *,
     slide_mpp: tuple[float, float] | None = None,
     encoder: str = "",
+    patch_size_level0: int | None = None,
 ) -> FeatureStore:
     """Load a TRIDENT/CLAM ``.h5`` (features [N, D], coords [N, 2], patch_size_level0) as a store.
 
-    Nothing is re-encoded. With ``out_path`` the features are also written as a zarr store.
+    Nothing is re-encoded. With ``out_path`` the features are also written as a zarr store
+    that records the file it came from (``imported_from``, ``source_fingerprint``); it records
+    no slide fingerprint, since the file does not say which slide file it was made from.
+    ``patch_size_level0`` is used when the file's attributes do not give the patch size.
     """
-    data = read_h5_features(Path(h5_path))
+    from medvl_engine._fingerprint import file_fingerprint
+
+    h5_path = Path(h5_path)
+    data = read_h5_features(h5_path, patch_size_level0=patch_size_level0)
     data["mpp"] = slide_mpp if slide_mpp is not None else data.get("mpp")
     data["encoder"] = encoder or data.get("encoder", "")
-    store = FeatureStore(**data)
+    store = FeatureStore(**data, imported_from=h5_path.name)
     if out_path is not None:
-        attrs = {
-            "format": STORE_FORMAT,
-            "patch_size_level0": store.patch_size_level0,
-            "patch_size": store.patch_size,
-            "level": 0,
-            "target_mpp": store.target_mpp,
-            "encoder": store.encoder,
-            "slide": store.slide,
-            "slide_mpp": None if store.mpp is None else list(store.mpp),
-            "slide_dimensions": None,
-            "embed_dim": store.embed_dim,
-            "n_total": store.n_patches,
-        }
-        group = create_store(Path(out_path), store.coords, attrs, chunk_rows=4096)
-        group["features"][:] = store.features
-        group.attrs["n_done"] = store.n_patches
-        store.path = Path(out_path)
+        write_imported_store(Path(out_path), store, source_fingerprint=file_fingerprint(h5_path))
     return store
 
 
+def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerprint: str) -> None:
+    """Write ``store`` (features from a TRIDENT/CLAM file) as a complete zarr store at out_path."""
+    attrs = {
+        "format": STORE_FORMAT,
+        "patch_size_level0": store.patch_size_level0,
+        "patch_size": store.patch_size,
+        "level": 0,
+        "target_mpp": store.target_mpp,
+        "encoder": store.encoder,
+        "slide": store.slide,
+        "slide_fingerprint": store.slide_fingerprint,
+        "slide_mpp": None if store.mpp is None else list(store.mpp),
+        "slide_dimensions": None
+        if store.slide_dimensions is None
+        else list(store.slide_dimensions),
+        "embed_dim": store.embed_dim,
+        "n_total": store.n_patches,
+        "imported_from": store.imported_from,
+        "source_fingerprint": source_fingerprint,
+    }
+    group = create_store(out_path, store.coords, attrs, chunk_rows=4096)
+    group["features"][:] = store.features
+    group.attrs["n_done"] = store.n_patches  # last: a killed import reads as incomplete
+    store.path = out_path
+
+
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def slide_identity(slide: Any) -> tuple[str, str | None]:
+    """(file name, content fingerprint) of an open slide; ("", None) for one without a file.
+
+    Fingerprints are remembered per (path, size, modification time, inode), so asking again
+    for an unchanged file costs one stat.
+    """
+    raw = getattr(slide, "path", None)
+    if raw is None or str(raw) == "":
+        return "", None
+    path = Path(raw)
+    try:
+        info = path.stat()
+    except OSError:
+        return path.name, None
+    key = (str(path), info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev)
+    if key not in _FINGERPRINTS:
+        try:
+            _FINGERPRINTS[key] = slide_fingerprint(path)
+        except OSError as error:
+            raise DataError(
+                f"{path.name} could not be read to check which slide it is "
+                f"({error.strerror or 'read error'}); check the file is readable.",
+                path,
+            ) from error
+    return path.name, _FINGERPRINTS[key]
+
+
+def store_file_name(slide: Any) -> str:
+    """``<slide stem>-<12 hex digits of its fingerprint>.zarr``: same-named slides never share."""
+    name, fingerprint = slide_identity(slide)
+    stem = Path(name).stem or "slide"
+    return f"{stem}-{short_fingerprint(fingerprint)}.zarr" if fingerprint else f"{stem}.zarr"
+
+
+def check_store_matches_slide(store: FeatureStore, slide: Any) -> None:
+    """Raise DataError unless ``store`` was made from ``slide`` (same content fingerprint).
+
+    A store imported from a TRIDENT/CLAM file without a slide fingerprint is accepted when its
+    patches lie on the slide; a store that records no fingerprint at all (written by an older
+    medvl) is refused, since nothing says which slide it belongs to.
+    """
+    slide_name, fingerprint = slide_identity(slide)
+    label = store.path.name if store.path is not None else "The feature store"
+    if store.slide_fingerprint is None and not store.imported_from:
+        raise DataError(
+            f"{label} does not record which slide it was made from (an older medvl wrote it); "
+            f"extract the features of {slide_name or 'the slide'} again with `medvl features`.",
+            store.path,
+        )
+    if store.slide_fingerprint is not None and store.slide_fingerprint != fingerprint:
+        made_from = store.slide or "an unnamed slide"
+        same_name = " (another file with the same name)" if made_from == slide_name else ""
+        raise DataError(
+            f"{label} was made from {made_from}{same_name}, not from {slide_name}: their "
+            f"contents differ; pass the store extracted from {slide_name}, or leave out "
+            "--features to extract it.",
+            store.path,
+        )
+    _check_patches_on_slide(store, slide, label, slide_name)
+
+
+def _check_patches_on_slide(store: FeatureStore, slide: Any, label: str, slide_name: str) -> None:
+    """Refuse a store whose patches lie outside the slide (features of a larger slide)."""
+    if store.n_patches == 0:
+        return
+    width, height = (int(v) for v in slide.dimensions)
+    right = int(store.coords[:, 0].max())
+    bottom = int(store.coords[:, 1].max())
+    if store.coords.min() < 0 or right >= width or bottom >= height:
+        raise DataError(
+            f"{label} has patches up to ({right}, {bottom}) level-0 px, outside {slide_name} "
+            f"({width} x {height} px), so it belongs to another slide; pass the features "
+            f"made from {slide_name}.",
+            store.path,
+        )
+
+
+def open_features_for_slide(
+    path: str | Path,
+    slide: Any,
+    *,
+    coords_path: str | Path | None = None,
+    patch_size_level0: int | None = None,
+) -> FeatureStore:
+    """The features at ``path`` for ``slide``, checked to belong to it.
+
+    ``path`` is a medvl store (a ``.zarr`` folder), a TRIDENT/CLAM ``.h5`` file or a CLAM
+    ``.pt`` file (coordinates from ``coords_path``, else ``<stem>.h5`` beside it or in a
+    sibling ``h5_files`` folder). A ``.h5``/``.pt`` file is imported once into the cache next
+    to the slide's other stores, keyed by the slide's and the file's fingerprints, and read
+    from there afterwards. See :mod:`medvl_engine._feature_sources`.
+    """
+    from medvl_engine._feature_sources import open_feature_source
+
+    return open_feature_source(
+        Path(path), slide, coords_path=coords_path, patch_size_level0=patch_size_level0
+    )
+
+
 def store_path_for(slide: Any, encoder: Any, grid: PatchGridLike) -> Path:
-    """Cache location of the store for (slide file, encoder, patch grid): MEDVL_CACHE/features."""
+    """Cache location of the store for (slide content, encoder, patch grid): MEDVL_CACHE/features.
+
+    Keyed by the slide's content fingerprint, not its path: two different slides with the same
+    name never share a store, and a moved or copied slide keeps its cached features.
+    """
     import hashlib
 
     from medvl_engine._cache import cache_dir
 
-    path = Path(slide.path)
-    try:
-        stat = path.stat()
-        file_key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    except OSError:
-        file_key = str(path)
+    name, fingerprint = slide_identity(slide)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64)
     key = "|".join(
         [
-            file_key,
+            fingerprint or str(getattr(slide, "path", "")),
             str(encoder.name),
             str(grid.patch_size),
             str(grid.patch_size_level0),
@@ -306,7 +449,7 @@ def store_path_for(slide: Any, encoder: Any, grid: PatchGridLike) -> Path:
         ]
     )
     digest = hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return cache_dir() / "features" / f"{path.stem}-{digest}.zarr"
+    return cache_dir() / "features" / f"{Path(name).stem or 'slide'}-{digest}.zarr"
 
 
 def slide_features(
@@ -325,7 +468,8 @@ def slide_features(
     """Tissue patch grid at the encoder's patch size and mpp (unless given), then extraction.
 
     Without ``out_path`` the store goes to the cache (:func:`store_path_for`), so a second call
-    for the same slide and encoder loads it instead of encoding again.
+    for the same slide and encoder loads it instead of encoding again; a cached store of an
+    older format is rebuilt.
     """
     from medvl_engine.tiling import patch_grid
 
@@ -336,10 +480,18 @@ def slide_features(
         min_tissue=min_tissue,
         stride=stride,
     )
+    in_cache = out_path is None
     if out_path is None:
         out_path = store_path_for(slide, encoder, grid)
     return extract_features(
-        slide, encoder, grid, out_path, batch_size=batch_size, progress=progress, cancel=cancel
+        slide,
+        encoder,
+        grid,
+        out_path,
+        batch_size=batch_size,
+        progress=progress,
+        cancel=cancel,
+        replace_mismatch=in_cache,
     )
 
 

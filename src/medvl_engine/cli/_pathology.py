@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "add_feature_arguments",
     "add_output_arguments",
     "add_rendering_arguments",
     "encoder_and_store",
@@ -18,23 +19,61 @@ __all__ = [
 ]
 
 
+def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--features`` (a medvl store, TRIDENT/CLAM .h5 or CLAM .pt), ``--coords``, patch size."""
+    parser.add_argument(
+        "--features",
+        type=Path,
+        default=None,
+        help="features of this slide: a medvl store (.zarr), a TRIDENT/CLAM .h5 or a CLAM .pt",
+    )
+    parser.add_argument(
+        "--coords",
+        type=Path,
+        default=None,
+        help="coordinates .h5 of a CLAM .pt file (default: <stem>.h5 beside it or in h5_files)",
+    )
+    parser.add_argument(
+        "--patch-size-level0",
+        type=int,
+        default=None,
+        metavar="PX",
+        help="patch side in level-0 px, for a .h5/.pt whose attributes do not give it",
+    )
+
+
 def encoder_and_store(
-    slide_path: Path, model: str, features: Path | None, device: str = "cpu"
+    slide_path: Path,
+    model: str,
+    features: Path | None,
+    device: str = "cpu",
+    *,
+    coords: Path | None = None,
+    patch_size_level0: int | None = None,
 ) -> tuple[Any, Any, Any]:
     """(slide, encoder, store): the store from ``features`` if given, else extracted or cached.
 
-    The returned slide is open; the caller closes it.
+    ``features`` may be a medvl store, a TRIDENT/CLAM ``.h5`` or a CLAM ``.pt`` (with
+    ``coords``); it must belong to the slide (see ``open_features_for_slide``). The returned
+    slide is open; the caller closes it.
     """
     from medvl_engine.encoders import load_encoder
-    from medvl_engine.errors import DataError
-    from medvl_engine.features import FeatureStore, slide_features
+    from medvl_engine.errors import ConfigError, DataError
+    from medvl_engine.features import open_features_for_slide, slide_features
     from medvl_engine.io.slide import open_slide
 
+    if features is None and (coords is not None or patch_size_level0 is not None):
+        raise ConfigError(
+            "--coords and --patch-size-level0 describe a .h5/.pt file given with --features; "
+            "add --features FILE or leave them out."
+        )
     slide = open_slide(slide_path)
     try:
         encoder = load_encoder(model, device=device)
         if features is not None:
-            store = FeatureStore.open(features)
+            store = open_features_for_slide(
+                features, slide, coords_path=coords, patch_size_level0=patch_size_level0
+            )
             if store.embed_dim != encoder.embed_dim:
                 raise DataError(
                     f"Feature store {features} holds {store.embed_dim}-dimensional features "

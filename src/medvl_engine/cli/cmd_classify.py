@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from medvl_engine.cli._pathology import add_feature_arguments
+
 HELP = "rank class prompts for a whole slide by report-guided pooling (LIMIT zero-shot)"
 
 __all__ = ["HELP", "add_arguments", "run"]
@@ -15,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("slide", type=Path, help="slide file")
     parser.add_argument("--classes", nargs="+", required=True, help="class prompts (>= 2)")
     parser.add_argument("--model", default="medvl-demo", help="registry name, folder or HF id")
-    parser.add_argument("--features", type=Path, default=None, help="existing feature store")
+    add_feature_arguments(parser)
     parser.add_argument(
         "--tau-attn",
         type=float,
@@ -36,7 +38,14 @@ def run(args: argparse.Namespace) -> int:
     tau = args.tau_attn if args.tau_attn is not None else _model_tau(args.model)
     if tau <= 0:
         raise ConfigError(f"--tau-attn must be positive, got {tau}.")
-    slide, encoder, store = encoder_and_store(args.slide, args.model, args.features, args.device)
+    slide, encoder, store = encoder_and_store(
+        args.slide,
+        args.model,
+        args.features,
+        args.device,
+        coords=args.coords,
+        patch_size_level0=args.patch_size_level0,
+    )
     with slide:
         ranked = classify_slide(store, encoder, args.classes, tau_attn=tau)
     if args.json:

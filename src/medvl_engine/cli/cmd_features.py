@@ -2,8 +2,10 @@
 
 ``--shard i/n`` keeps every n-th slide starting at index i (0-based) of the sorted list, so
 machines or torchrun ranks split a cohort with nothing shared but the shard index;
-``--shard auto`` takes i and n from torchrun's RANK and WORLD_SIZE. Stores that are already
-complete are kept; interrupted ones resume.
+``--shard auto`` takes i and n from torchrun's RANK and WORLD_SIZE. Each store is named
+``<slide stem>-<12 hex digits of the slide's content fingerprint>.zarr``, so slides that share a
+file name (in different folders, or on different shards) never share a store. Stores that are
+already complete are kept; interrupted ones resume.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("No slides given; name slide files, or use --from-h5 to import.")
     from medvl_engine.cli._pathology import progress_printer
     from medvl_engine.encoders import load_encoder
-    from medvl_engine.features import slide_features
+    from medvl_engine.features import slide_features, store_file_name
     from medvl_engine.io.slide import open_slide
 
     index, count = parse_shard(args.shard)
@@ -73,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
     encoder = load_encoder(args.encoder, device=args.device)
     failures = 0
     for number, slide_path in enumerate(mine, start=1):
-        out_path = args.out / f"{Path(slide_path).stem}.zarr"
         try:
             with open_slide(slide_path) as slide:
+                out_path = args.out / store_file_name(slide)
                 store = slide_features(
                     slide,
                     encoder,
@@ -95,10 +97,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _import_h5(args: argparse.Namespace) -> int:
+    from medvl_engine._fingerprint import file_fingerprint, short_fingerprint
+    from medvl_engine.errors import DataError
     from medvl_engine.features import import_h5_features
 
     for h5_path in args.from_h5:
-        out_path = args.out / f"{h5_path.stem}.zarr"
+        if not h5_path.is_file():
+            raise DataError(f"Feature file {h5_path} does not exist; check the path.", h5_path)
+        out_path = args.out / f"{h5_path.stem}-{short_fingerprint(file_fingerprint(h5_path))}.zarr"
         store = import_h5_features(h5_path, out_path, encoder=args.encoder)
         print(f"{out_path}: {store.n_patches} patches x {store.embed_dim} (imported)")
     return 0

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from medvl_engine.cli._pathology import (
+    add_feature_arguments,
     add_output_arguments,
     add_rendering_arguments,
     encoder_and_store,
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="text prompt; repeat for softmax (classes) or contrast (A then B)",
     )
     parser.add_argument("--model", default="medvl-demo", help="registry name, folder or HF id")
-    parser.add_argument("--features", type=Path, default=None, help="existing feature store")
+    add_feature_arguments(parser)
     add_output_arguments(parser)
     parser.add_argument("--mode", choices=("cosine", "softmax", "contrast"), default="cosine")
     parser.add_argument(
@@ -63,7 +64,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--mode softmax needs at least two --prompt values (the classes).")
     if args.normalize == "fixed" and args.range is None:
         raise ConfigError("--normalize fixed needs --range LOW HIGH.")
-    slide, encoder, store = encoder_and_store(args.slide, args.model, args.features, args.device)
+    slide, encoder, store = encoder_and_store(
+        args.slide,
+        args.model,
+        args.features,
+        args.device,
+        coords=args.coords,
+        patch_size_level0=args.patch_size_level0,
+    )
     with slide:
         text = encoder.encode_text(args.prompt)
         label = " - ".join(args.prompt) if args.mode == "contrast" else args.prompt[0]
