@@ -444,3 +444,36 @@ def test_cancelled_extraction_message_names_the_slide_not_its_folder(twins, clip
                 slide, clip, RegularGrid(slide.dimensions, 128), tmp_path / "c.zarr", cancel=stop
             )
     assert "for slide.tiff was cancelled" in str(caught.value)
+
+
+def _finish(job):
+    """Run a generator job to its return value."""
+    while True:
+        try:
+            next(job)
+        except StopIteration as stop:
+            return stop.value
+
+
+def test_plugin_heatmap_job_takes_an_h5_and_refuses_another_slides_store(
+    demo_slide, twins, tmp_path
+):
+    from napari_medvl._heatmap_job import FeatureCache, HeatmapRequest, heatmap_job
+
+    reference = _demo_store(demo_slide, tmp_path)
+    h5_path = tmp_path / "case7.h5"
+    _write_trident_h5(
+        h5_path, reference.features, reference.coords, patch_size_level0=224, patch_size=224
+    )
+    cache = FeatureCache(root=tmp_path / "plugin-cache")
+    with open_slide(demo_slide) as slide:
+        request = HeatmapRequest(slide, "medvl-demo", ("tumor",), top_n=0, features=h5_path)
+        outcome = _finish(heatmap_job(request, cache))
+        text = demo_encoder().encode_text(["tumor"])
+        expected = reference.features @ text[0].numpy()
+        np.testing.assert_allclose(outcome.heatmap.scores, expected, atol=1e-6)
+        assert not outcome.extracted
+    with open_slide(twins[0]) as other:
+        wrong = HeatmapRequest(other, "medvl-demo", ("tumor",), features=reference.path)
+        with pytest.raises(DataError, match="was made from case7.tiff, not from slide.tiff"):
+            _finish(heatmap_job(wrong, cache))

@@ -3,7 +3,9 @@
 No Qt here. The first request for a (slide, encoder, patch grid) extracts patch
 features into a zarr store in the cache folder (resumable, via the engine);
 the store and the encoder stay loaded in a ``FeatureCache`` so a new prompt is
-one text encoding plus the engine's similarity map.
+one text encoding plus the engine's similarity map. A request may instead name
+features made elsewhere (a medvl store, a TRIDENT/CLAM ``.h5`` or a CLAM ``.pt``):
+they are checked to belong to the slide and used as they are.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ def parse_prompts(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class HeatmapRequest:
-    """What the user asked: a slide, a model, prompts and how to score them."""
+    """What the user asked: a slide, a model, prompts and how to score them.
+
+    ``features`` optionally names this slide's features (a medvl store, a TRIDENT/CLAM
+    ``.h5`` or a CLAM ``.pt``, whose coordinates are ``features_coords`` or found beside it).
+    """
 
     slide: Any
     model: str
@@ -43,6 +49,8 @@ class HeatmapRequest:
     mode: str = "cosine"
     normalization: str = "none"
     top_n: int = 10
+    features: Path | None = None
+    features_coords: Path | None = None
 
 
 @dataclass
@@ -112,7 +120,7 @@ def heatmap_job(
     """Generator job: load the encoder, get features (cached or extracted), score the prompts."""
     from medvl_engine.encoders import load_encoder
     from medvl_engine.errors import CancelledError
-    from medvl_engine.features import extract_features
+    from medvl_engine.features import extract_features, open_features_for_slide
     from medvl_engine.heatmap import similarity_map, top_patches
     from medvl_engine.tiling import patch_grid
 
@@ -130,9 +138,19 @@ def heatmap_job(
     check_cancel()
 
     slide_model_key = _store_slot(request.slide, encoder)
+    if request.features is not None:
+        slide_model_key += f"|{Path(request.features).resolve()}"
     store = cache.stores.get(slide_model_key)
     store_path = None
     extracted = False
+    if store is None and request.features is not None:
+        yield Progress("reading features")
+        store = open_features_for_slide(
+            request.features, request.slide, coords_path=request.features_coords
+        )
+        _check_embed_dim(store, encoder)
+        cache.stores[slide_model_key] = store
+        store_path = store.path
     if store is None:
         yield Progress("patch grid")
         grid = patch_grid(
@@ -166,6 +184,18 @@ def heatmap_job(
     return HeatmapOutcome(
         request, heatmap, top, store=store, store_path=store_path, extracted=extracted
     )
+
+
+def _check_embed_dim(store: Any, encoder: Any) -> None:
+    from medvl_engine.errors import DataError
+
+    if store.embed_dim != encoder.embed_dim:
+        raise DataError(
+            f"{store.imported_from or (store.path.name if store.path else 'The features')} holds "
+            f"{store.embed_dim}-dimensional features but {encoder.name} embeds prompts in "
+            f"{encoder.embed_dim}; choose the model the features were extracted with.",
+            store.path,
+        )
 
 
 def prompt_label(prompts: tuple[str, ...] | list[str], mode: str) -> str:
