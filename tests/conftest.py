@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,47 +64,64 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
 
 
+# Runs the command as a grandchild: Linux carries a process's peak RSS across fork and exec, so
+# a child forked straight from this (large) test process would report this process's peak. The
+# launcher is a fresh small interpreter; what it forks starts from its small footprint.
+_LAUNCHER = """
+import json, os, resource, sys
+size, report, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    os.execvp(argv[0], argv)
+_, status, usage = os.wait4(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+with open(report, "w") as stream:
+    json.dump({"returncode": code, "maxrss_kb": usage.ru_maxrss}, stream)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def _limited_run(
     command: Sequence[str] | str, timeout_s: float, max_mb: float, address_space_mb: float
 ) -> tuple[int, str, str, float]:
-    popen_argv = [sys.executable, "-c", command] if isinstance(command, str) else list(command)
+    import json
 
-    def limit_address_space() -> None:
-        size = int(address_space_mb * 2**20)
-        resource.setrlimit(resource.RLIMIT_AS, (size, size))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    target = [sys.executable, "-c", command] if isinstance(command, str) else list(command)
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryDirectory() as folder,
+    ):
+        report = Path(folder) / "report.json"
+        size = str(int(address_space_mb * 2**20))
         process = subprocess.Popen(
-            popen_argv,
+            [sys.executable, "-c", _LAUNCHER, size, str(report), *target],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
-            preexec_fn=limit_address_space,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout_s
         timed_out = False
-        while True:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
-                os.killpg(process.pid, signal.SIGKILL)
-                pid, status, usage = os.wait4(process.pid, 0)
-                break
-            time.sleep(0.02)
-        process.returncode = os.waitstatus_to_exitcode(status)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        returncode, peak_mb = process.returncode, 0.0
+        if report.exists():
+            result = json.loads(report.read_text())
+            returncode, peak_mb = result["returncode"], result["maxrss_kb"] / 1024.0
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
     if timed_out:
         stderr += f"\n[run_limited: killed after {timeout_s} s]"
-    peak_mb = usage.ru_maxrss / 1024.0  # kilobytes on Linux
     if peak_mb > max_mb:
         stderr += f"\n[run_limited: peak RSS {peak_mb:.0f} MB is over {max_mb} MB]"
-    return process.returncode, stdout, stderr, peak_mb
+    return returncode, stdout, stderr, peak_mb
 
 
 @pytest.fixture
