@@ -214,3 +214,37 @@ def test_heatmap_is_visible_over_the_tumor_in_a_screenshot(
     patch_plain = plain[y - 3 : y + 4, x - 3 : x + 4, :3].astype(float).mean(axis=(0, 1))
     patch_over = overlaid[y - 3 : y + 4, x - 3 : x + 4, :3].astype(float).mean(axis=(0, 1))
     assert np.abs(patch_over - patch_plain).max() > 40, (patch_plain, patch_over)
+
+
+def test_heatmap_dock_takes_a_trident_h5_instead_of_extracting(
+    make_napari_viewer, qtbot, tmp_path, medvl_cache, small_slide
+):
+    import h5py
+
+    from medvl_engine.features import FeatureStore
+
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "extracted"))
+    widget.prompts.value = "tumor"
+    _run_and_wait(qtbot, widget)
+    extracted_heat = np.array(viewer.layers["heatmap: tumor"].data)
+    (store_path,) = (tmp_path / "extracted").glob("*.zarr")
+    store = FeatureStore.open(store_path)
+    h5_path = tmp_path / "trident" / "slide.h5"
+    h5_path.parent.mkdir()
+    with h5py.File(h5_path, "w") as handle:
+        handle["features"] = store.features
+        handle["coords"] = store.coords.astype(np.int64)
+        handle["coords"].attrs["patch_size_level0"] = 224
+
+    viewer.layers.remove("heatmap: tumor")
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "fresh"))
+    widget.prompts.value = "tumor"
+    widget.features.value = h5_path
+    assert widget.request().features == h5_path
+    _run_and_wait(qtbot, widget)
+    assert widget.runner.last_error is None
+    assert widget.controls.status.value == "Done."  # read from the .h5, nothing extracted
+    assert not list((tmp_path / "fresh").glob("*.zarr"))
+    np.testing.assert_allclose(viewer.layers["heatmap: tumor"].data, extracted_heat, atol=1e-6)

@@ -10,7 +10,6 @@ they are checked to belong to the slide and used as they are.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -99,28 +98,17 @@ def _store_slot(slide: Any, encoder: Any) -> str:
     return f"{_slide_token(slide)}|{encoder.name}"
 
 
-def _store_key(slide: Any, encoder: Any, grid: Any) -> str:
-    text = "|".join(
-        [
-            _slide_token(slide),
-            str(encoder.name),
-            str(grid.patch_size),
-            str(grid.patch_size_level0),
-            str(grid.level),
-            str(grid.target_mpp),
-            str(len(grid.coords)),
-        ]
-    )
-    return hashlib.sha1(text.encode()).hexdigest()[:20]
-
-
 def heatmap_job(
     request: HeatmapRequest, cache: FeatureCache, cancel: threading.Event | None = None
 ) -> Generator[Progress, None, HeatmapOutcome]:
     """Generator job: load the encoder, get features (cached or extracted), score the prompts."""
     from medvl_engine.encoders import load_encoder
     from medvl_engine.errors import CancelledError
-    from medvl_engine.features import extract_features, open_features_for_slide
+    from medvl_engine.features import (
+        extract_features,
+        open_features_for_slide,
+        store_path_for,
+    )
     from medvl_engine.heatmap import similarity_map, top_patches
     from medvl_engine.tiling import patch_grid
 
@@ -157,7 +145,8 @@ def heatmap_job(
             request.slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp
         )
         check_cancel()
-        store_path = cache.folder() / f"{_store_key(request.slide, encoder, grid)}.zarr"
+        # the engine's name for this (slide content, encoder, grid): shared with `medvl`
+        store_path = cache.folder() / store_path_for(request.slide, encoder, grid).name
 
         def extract_alone(*args: Any, progress: Any) -> Any:
             # a cancelled job may still be finishing its batch on the same store

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from magicgui.widgets import ComboBox, Container, LineEdit, SpinBox
+from magicgui.widgets import ComboBox, Container, FileEdit, LineEdit, SpinBox
 
 from napari_medvl._heatmap_job import (
     FeatureCache,
@@ -47,6 +47,16 @@ class HeatmapWidget(Container):
         self.prompts = LineEdit(
             label="prompts", value="tumor", tooltip="one prompt, or several separated by ';'"
         )
+        self.features = FileEdit(
+            label="features",
+            mode="r",
+            filter="Features (*.h5 *.pt *.zarr)",
+            nullable=True,
+            tooltip=(
+                "Optional: this slide's features made elsewhere (a medvl .zarr store, a "
+                "TRIDENT/CLAM .h5, or a CLAM .pt with its .h5 beside it); empty: extract them."
+            ),
+        )
         self.mode = ComboBox(label="mode", choices=MODES, value="cosine")
         self.normalization = ComboBox(label="normalise", choices=NORMALIZATIONS, value="none")
         self.top_n = SpinBox(label="top patches", value=10, min=0, max=500)
@@ -57,6 +67,7 @@ class HeatmapWidget(Container):
                 self.slide_choice,
                 self.model,
                 self.prompts,
+                self.features,
                 self.mode,
                 self.normalization,
                 self.top_n,
@@ -105,6 +116,7 @@ class HeatmapWidget(Container):
             mode=self.mode.value,
             normalization=self.normalization.value,
             top_n=int(self.top_n.value),
+            features=self.features.value or None,
         )
 
     def run(self, _value: Any = None) -> Any:
