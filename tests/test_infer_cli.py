@@ -104,6 +104,20 @@ def test_features_shards_split_a_cohort(slide_path, tmp_path, capsys):
     assert sorted(p.name.split("-")[0] for p in out.iterdir()) == ["a", "b", "c"]
 
 
+def test_features_reports_a_damaged_slide_and_still_encodes_the_others(tmp_path, capsys):
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    good = make_synthetic_slide(tmp_path / "good.tiff", seed=1, size=(512, 512)).path
+    damaged = tmp_path / "damaged.svs"
+    damaged.write_bytes(good.read_bytes()[:200])
+    out = tmp_path / "stores"
+    argv = ["features", str(damaged), str(good), "--out", str(out), "--patch-size", "64"]
+    assert main([*argv, "--min-tissue", "0.1"]) == 2
+    err_lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err_lines) == 1 and err_lines[0].startswith("medvl: error: damaged.svs:")
+    assert [p.name.split("-")[0] for p in out.glob("*.zarr")] == ["good"]
+
+
 def test_features_imports_trident_h5(tmp_path, capsys):
     h5_path = tmp_path / "slide1.h5"
     with h5py.File(h5_path, "w") as handle:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
+
+from medvl_engine.cli._console import end_progress_line, printable, report_error
 
 HELP = "extract patch features of slides into zarr stores (resumable, shardable)"
 
@@ -71,9 +72,10 @@ def run(args: argparse.Namespace) -> int:
     from medvl_engine.io.slide import open_slide
 
     index, count = parse_shard(args.shard)
-    mine = sorted(args.slides)[index::count]
-    encoder = load_encoder(args.encoder, device=args.device)
-    failures = 0
+    mine, failures = _openable(sorted(args.slides)[index::count], args)
+    if not mine:
+        return 2
+    encoder = load_encoder(args.encoder, device=args.device)  # seconds: after the cheap checks
     for number, slide_path in enumerate(mine, start=1):
         try:
             with open_slide(slide_path) as slide:
@@ -89,11 +91,31 @@ def run(args: argparse.Namespace) -> int:
                     progress=progress_printer(f"[{number}/{len(mine)}] {Path(slide_path).name}"),
                 )
         except MedVLError as error:
-            print(f"\nmedvl: error: {error}", file=sys.stderr)
+            report_error("medvl", error, verbose=getattr(args, "verbose", False))
             failures += 1
             continue
-        print(f"\n{out_path}: {store.n_patches} patches x {store.embed_dim}")
+        end_progress_line()
+        print(f"{printable(str(out_path))}: {store.n_patches} patches x {store.embed_dim}")
     return 2 if failures else 0
+
+
+def _openable(slide_paths: list[Path], args: argparse.Namespace) -> tuple[list[Path], int]:
+    """The slides that open (metadata only, milliseconds each), and how many did not; each
+    failure is reported in one line before any model is loaded."""
+    from medvl_engine.errors import MedVLError
+    from medvl_engine.io.slide import open_slide
+
+    openable, failures = [], 0
+    for slide_path in slide_paths:
+        try:
+            with open_slide(slide_path):
+                pass
+        except MedVLError as error:
+            report_error("medvl", error, verbose=getattr(args, "verbose", False))
+            failures += 1
+            continue
+        openable.append(slide_path)
+    return openable, failures
 
 
 def _import_h5(args: argparse.Namespace) -> int:
