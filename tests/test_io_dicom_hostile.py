@@ -577,7 +577,7 @@ def test_a_fifo_opened_as_a_mammogram_is_refused_at_once(tmp_path):
 
 
 def test_a_mammogram_declaring_a_huge_size_is_refused_before_decoding(tmp_path, run_limited):
-    # header says 65,535 x 65,535 px (the most DICOM allows) of JPEG-compressed pixels: refused from the header alone
+    # 65,535 x 65,535 px (the most DICOM allows) of JPEG pixels: refused from the header alone
     tile = imagecodecs.jpeg8_encode(np.zeros((8, 8), np.uint8))
     path = write_dicom(
         tmp_path / "huge.dcm",
