@@ -152,7 +152,21 @@ def test_cli_runs_with_overrides_and_reports_bad_ones(cohort, tmp_path, capsys):
     assert status == 0
     printed = capsys.readouterr().out
     assert "untuned" in printed and "top-100" in printed and '"steps": 1' in printed
-    assert json.loads((out / "evaluation.json").read_text())["tuned/report_guided"]["overall"]
+    assert "over 3 templates x 5 cancer terms" in printed  # the cohort has a "tumor" class
+    saved = json.loads((out / "evaluation.json").read_text())
+    overall = saved["tuned/report_guided"]["overall"]
+    assert overall["definition"] == "organ_mean"
+    per_organ = saved["tuned/report_guided"]["per_organ"]
+    mean = sum(v["balanced_accuracy"] for v in per_organ.values()) / len(per_organ)
+    assert overall["balanced_accuracy"] == pytest.approx(mean)
+    random = saved["tuned/random"]["overall"]
+    assert len(random["trials"]) == 10
+    assert random["balanced_accuracy"] == pytest.approx(np.mean(random["trials"]))
+    robust = saved["tuned/robustness"]
+    assert len(robust["pairs"]) == 15
+    assert robust["mean"] == pytest.approx(
+        np.mean([p["balanced_accuracy"] for p in robust["pairs"]])
+    )
     assert train_main(["limit", "--config", str(config), "task.num_negatives=many"]) == 2
     assert "task.num_negatives must be int" in capsys.readouterr().err
 
@@ -182,3 +196,30 @@ def test_report_filter_can_be_a_python_callable(cohort):
         _task(cohort, report_filter="medvl_engine.data.reports:nope")
     with pytest.raises(ConfigError, match="rules, none or"):
         _task(cohort, report_filter="llm")
+
+
+def test_protocol_options_reach_the_evaluation_and_bad_ones_are_refused(cohort):
+    task, _ = _task(cohort, eval_overall="pooled", eval_random_trials=3, eval_random_patches=2)
+    model = task.build_model().eval()
+    result = task.zero_shot(model, "test", trials=0)
+    assert result["overall"]["definition"] == "pooled"
+    assert result["overall"]["balanced_accuracy"] == result["pooled"]["balanced_accuracy"]
+    random = task.zero_shot(model, "test", trials=0, pooling="random")
+    assert len(random["overall"]["trials"]) == 3
+    custom, _ = _task(
+        cohort,
+        eval_robustness_templates=["{class} in {tissue}", "{tissue}: {class}"],
+        eval_robustness_synonyms=["tumor", "neoplasm"],
+    )
+    robust = custom.robustness(model, "test")
+    assert [(p["template"], p["term"]) for p in robust["pairs"]] == [
+        ("{class} in {tissue}", "tumor"),
+        ("{class} in {tissue}", "neoplasm"),
+        ("{tissue}: {class}", "tumor"),
+        ("{tissue}: {class}", "neoplasm"),
+    ]
+    with pytest.raises(ConfigError, match="must be at least 1"):
+        _task(cohort, eval_random_trials=0)
+    bad, _ = _task(cohort, eval_robustness_templates=["{organ} {class}"])
+    with pytest.raises(ConfigError, match="use only the fields"):
+        bad.robustness(model, "test")

@@ -1,17 +1,23 @@
 """Pathology zero-shot evaluation: TCGA-OT-style slide classification and patch classification.
 
-Slide level (LIMIT Sec. 3.3, Eq. 5): the choices of a slide are the classes of its organ,
-each written as the prompt ``"<tissue> <class>"``; every prompt ``c_k`` pools the slide's
-patches with report-guided attention and ``y = argmax_k cos(h_W(c_k), c_k)``. Balanced
-accuracy is reported per organ and overall, each with a 1,000-trial bootstrap std.
+Slide level (LIMIT Sec. 3.3, Eq. 5; App. A.2): the choices of a slide are the classes of its
+organ, each written as the prompt ``"<tissue> <class>"``; every prompt ``c_k`` pools the
+slide's patches with report-guided attention and ``y = argmax_k cos(h_W(c_k), c_k)``.
+Organs with a single diagnostic label are grouped into one category whose choices are all
+of their (organ, class) pairs. Balanced accuracy is reported per category; the overall
+score is the mean over categories (the paper's "average balanced accuracy across all
+organs"), each with a 1,000-trial bootstrap std. The random pooling baseline is the mean
+over 10 seeded trials of randomly selected patches (Sec. 4.5). A template/synonym report
+scores every (template, cancer synonym) pair (Fig. 3, Table A4).
 Patch level: ``y = argmax_k cos(v, c_k)``; balanced accuracy and one-vs-rest AUROC.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -22,14 +28,22 @@ from medvl_engine.models.limit import pool_patches
 
 __all__ = [
     "SlideExample",
+    "choice_categories",
+    "organ_mean_bootstrap",
+    "random_patch_pool",
     "slide_class_scores",
+    "synonym_class_names",
+    "template_synonym_robustness",
     "zero_shot_slides",
     "zero_shot_patches",
     "DEFAULT_TEMPLATE",
+    "SINGLE_LABEL_GROUP",
 ]
 
 DEFAULT_TEMPLATE = "{tissue} {class}"
+SINGLE_LABEL_GROUP = "other"
 TextEncoder = Callable[[list[str]], torch.Tensor]
+Option = tuple[str, str]  # (organ, class)
 
 
 @dataclasses.dataclass
@@ -42,6 +56,46 @@ class SlideExample:
     slide_id: str = ""
 
 
+def choice_categories(
+    classes_by_organ: Mapping[str, Sequence[str]],
+    group_single_label: bool = True,
+    group_name: str = SINGLE_LABEL_GROUP,
+) -> dict[str, list[Option]]:
+    """The multiple-choice categories: category -> its options ``(organ, class)``.
+
+    Each organ with two or more classes is its own category. With ``group_single_label``
+    the organs that have a single class are merged into one category ``group_name`` whose
+    choices are all their (organ, class) pairs (LIMIT App. A.2: TCGA-OT bladder, prostate,
+    cervix and the rest); without it each stays a one-choice category.
+    """
+    categories: dict[str, list[Option]] = {}
+    singles: list[Option] = []
+    for organ, classes in classes_by_organ.items():
+        options = [(organ, name) for name in dict.fromkeys(classes)]
+        if group_single_label and len(options) == 1:
+            singles.extend(options)
+        elif options:
+            categories[organ] = options
+    if singles:
+        if group_name in categories:
+            raise ValueError(
+                f"the group of single-label organs is named {group_name!r}, like an organ "
+                "with several classes; choose another group name."
+            )
+        categories[group_name] = singles
+    return categories
+
+
+def random_patch_pool(
+    features: torch.Tensor, count: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Mean of ``count`` patches drawn uniformly without replacement (all when fewer): ``[D]``."""
+    if count < 1:
+        raise ValueError(f"the number of random patches must be at least 1, got {count}")
+    chosen = torch.randperm(features.shape[0], generator=generator)[:count]
+    return features[chosen].mean(0)
+
+
 def slide_class_scores(
     features: torch.Tensor,
     class_embeddings: torch.Tensor,
@@ -50,23 +104,117 @@ def slide_class_scores(
     k: int = 10,
     normalize_features: bool = True,
     generator: torch.Generator | None = None,
+    random_patches: int = 10,
 ) -> torch.Tensor:
-    """``cos(h_W(c_k), c_k)`` (Eq. 5): slide ``[M, D]``, classes ``[C, D]`` -> ``[C]``."""
+    """``cos(h_W(c_k), c_k)`` (Eq. 5): slide ``[M, D]``, classes ``[C, D]`` -> ``[C]``.
+
+    ``random`` pooling is the mean of ``random_patches`` randomly selected patches, the same
+    slide representation for every class.
+    """
     patches = features.float()
     if normalize_features:
         patches = F.normalize(patches, dim=-1)
     classes = F.normalize(class_embeddings.float(), dim=-1)
-    pooled = pool_patches(patches, classes, pooling, tau_attn, None, k, generator)  # [C, D]
+    if pooling == "random":
+        pooled = random_patch_pool(patches, random_patches, generator).expand_as(classes)
+    else:
+        pooled = pool_patches(patches, classes, pooling, tau_attn, None, k, generator)  # [C, D]
     return F.cosine_similarity(pooled, classes, dim=-1)
 
 
-def _summary(labels: list[Any], predictions: list[Any], trials: int, seed: int) -> dict[str, float]:
-    y, p = np.asarray(labels, dtype=object), np.asarray(predictions, dtype=object)
-    return {
+def organ_mean_bootstrap(
+    groups: Sequence[tuple[np.ndarray, np.ndarray]], trials: int = 1000, seed: int = 0
+) -> np.ndarray:
+    """Organ-mean balanced accuracy of ``trials`` resamples, ``[trials]``.
+
+    groups: ``(labels, predictions)`` of each category. Slides are resampled with
+    replacement within each category, so every resample keeps every category.
+    """
+    rng = np.random.default_rng(seed)
+    values = np.empty(trials)
+    for trial in range(trials):
+        scores = []
+        for labels, predictions in groups:
+            rows = rng.integers(0, len(labels), size=len(labels))
+            scores.append(balanced_accuracy(labels[rows], predictions[rows]))
+        values[trial] = np.mean(scores)
+    return values
+
+
+def _key(option: Option) -> str:
+    return f"{option[0]}/{option[1]}"
+
+
+def _score_rows(
+    rows: list[tuple[Any, ...]],
+    choices: Mapping[str, int],
+    trials: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Per-category, organ-mean and pooled balanced accuracy of prediction rows."""
+    per_organ: dict[str, dict[str, float]] = {}
+    groups = []
+    for category in sorted({row[1] for row in rows}):
+        chosen = [row for row in rows if row[1] == category]
+        y = np.asarray([_key((r[2], r[3])) for r in chosen], dtype=object)
+        p = np.asarray([_key((r[4], r[5])) for r in chosen], dtype=object)
+        per_organ[category] = {
+            "balanced_accuracy": balanced_accuracy(y, p),
+            "std": bootstrap_std(balanced_accuracy, y, p, trials=trials, seed=seed),
+            "n": float(len(y)),
+            "choices": float(choices[category]),
+        }
+        if choices[category] > 1:  # a one-choice category is right by construction
+            groups.append((y, p))
+    if not groups:
+        raise ValueError("no category has two or more choices; zero-shot needs a choice to make")
+    values = organ_mean_bootstrap(groups, trials, seed)
+    organ_mean = {
+        "balanced_accuracy": float(np.mean([balanced_accuracy(y, p) for y, p in groups])),
+        "std": float(np.std(values)) if trials else float("nan"),
+        "ci_low": float(np.percentile(values, 2.5)) if trials else float("nan"),
+        "ci_high": float(np.percentile(values, 97.5)) if trials else float("nan"),
+        "n": float(sum(len(y) for y, _ in groups)),
+        "categories": float(len(groups)),
+    }
+    y = np.asarray([_key((r[2], r[3])) for r in rows], dtype=object)
+    p = np.asarray([_key((r[4], r[5])) for r in rows], dtype=object)
+    pooled = {
         "balanced_accuracy": balanced_accuracy(y, p),
         "std": bootstrap_std(balanced_accuracy, y, p, trials=trials, seed=seed),
         "n": float(len(y)),
     }
+    return {"per_organ": per_organ, "organ_mean": organ_mean, "pooled": pooled}
+
+
+def _over_trials(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and std over random-pooling trials of every balanced accuracy."""
+
+    def summary(values: list[float], n: float, **extra: float) -> dict[str, Any]:
+        return {
+            "balanced_accuracy": float(np.mean(values)),
+            "std": float(np.std(values)),
+            "n": n,
+            "trials": [float(v) for v in values],
+            **extra,
+        }
+
+    first = results[0]
+    per_organ = {
+        category: summary(
+            [r["per_organ"][category]["balanced_accuracy"] for r in results],
+            value["n"],
+            choices=value["choices"],
+        )
+        for category, value in first["per_organ"].items()
+    }
+    organ_mean = summary(
+        [r["organ_mean"]["balanced_accuracy"] for r in results],
+        first["organ_mean"]["n"],
+        categories=first["organ_mean"]["categories"],
+    )
+    pooled = summary([r["pooled"]["balanced_accuracy"] for r in results], first["pooled"]["n"])
+    return {"per_organ": per_organ, "organ_mean": organ_mean, "pooled": pooled}
 
 
 @torch.no_grad()
@@ -78,57 +226,171 @@ def zero_shot_slides(
     *,
     template: str = DEFAULT_TEMPLATE,
     tissue_names: Mapping[str, str] | None = None,
+    class_names: Mapping[str, str] | None = None,
     pooling: str = "report_guided",
     k: int = 10,
     normalize_features: bool = True,
     trials: int = 1000,
     seed: int = 0,
+    overall: Literal["organ_mean", "pooled"] = "organ_mean",
+    group_single_label: bool = True,
+    single_label_group: str = SINGLE_LABEL_GROUP,
+    random_trials: int = 10,
+    random_patches: int = 10,
 ) -> dict[str, Any]:
     """Organ-restricted zero-shot slide classification (TCGA-OT protocol).
 
     classes_by_organ: the choices of each organ; template: prompt with ``{tissue}`` (the
-    organ, or ``tissue_names[organ]``) and ``{class}``; encode_text: texts -> ``[T, D]``.
-    Returns ``{"per_organ": {organ: {"balanced_accuracy", "std", "n"}}, "overall": {...},
-    "organ_mean": float, "predictions": [(slide_id, organ, label, predicted), ...]}``.
-    The overall score treats (organ, class) pairs as the classes.
+    organ, or ``tissue_names[organ]``) and ``{class}`` (the class, or ``class_names[class]``);
+    encode_text: texts -> ``[T, D]``. Single-label organs form one category
+    (:func:`choice_categories`). ``random`` pooling runs ``random_trials`` seeded trials of
+    ``random_patches`` random patches per slide; its numbers are means over the trials and
+    its ``std`` the std across them (no bootstrap).
+
+    Returns ``{"per_organ": {category: {"balanced_accuracy", "std", "n", "choices"}},
+    "overall": {...}, "organ_mean": float, "organ_mean_summary": {...}, "pooled": {...},
+    "categories": {category: ["organ/class", ...]}, "predictions": [(slide_id, category,
+    organ, label, predicted_organ, predicted_label), ...]}``. ``overall`` is the mean over
+    categories with two or more choices of their balanced accuracy (with a bootstrap std and
+    95% interval, ``ci_low``/``ci_high``) or, with ``overall="pooled"``, the balanced
+    accuracy over (organ, class) pairs of all slides.
     """
-    generator = torch.Generator().manual_seed(seed)
-    embeddings: dict[str, torch.Tensor] = {}
-    rows = []
+    if overall not in ("organ_mean", "pooled"):
+        raise ValueError(f"overall must be 'organ_mean' or 'pooled', got {overall!r}")
+    categories = choice_categories(classes_by_organ, group_single_label, single_label_group)
+    category_of = {organ: name for name, options in categories.items() for organ, _ in options}
     for slide in slides:
-        options = list(classes_by_organ.get(slide.organ, ()))
+        options = [
+            c for o, c in categories.get(category_of.get(slide.organ, ""), []) if o == slide.organ
+        ]
         if slide.label not in options:
             raise ValueError(
                 f"slide {slide.slide_id or '?'} has label {slide.label!r}, not among the "
                 f"choices of organ {slide.organ!r}: {options}"
             )
-        if slide.organ not in embeddings:
-            tissue = (tissue_names or {}).get(slide.organ, slide.organ)
-            prompts = [template.format(**{"tissue": tissue, "class": c}) for c in options]
-            embeddings[slide.organ] = encode_text(prompts).float().cpu()
-        scores = slide_class_scores(
-            slide.features.cpu(),
-            embeddings[slide.organ],
-            tau_attn,
-            pooling,
-            k,
-            normalize_features,
-            generator,
-        )
-        rows.append((slide.slide_id, slide.organ, slide.label, options[int(scores.argmax())]))
-    per_organ = {}
-    for organ in sorted({row[1] for row in rows}):
-        chosen = [row for row in rows if row[1] == organ]
-        per_organ[organ] = _summary([r[2] for r in chosen], [r[3] for r in chosen], trials, seed)
-    overall = _summary(
-        [f"{r[1]}/{r[2]}" for r in rows], [f"{r[1]}/{r[3]}" for r in rows], trials, seed
-    )
-    organ_mean = float(np.mean([v["balanced_accuracy"] for v in per_organ.values()]))
+    embeddings: dict[str, torch.Tensor] = {}
+    for name in sorted({category_of[s.organ] for s in slides}):
+        prompts = [
+            template.format(
+                **{
+                    "tissue": (tissue_names or {}).get(organ, organ),
+                    "class": (class_names or {}).get(label, label),
+                }
+            )
+            for organ, label in categories[name]
+        ]
+        embeddings[name] = encode_text(prompts).float().cpu()
+    choices = {name: len(options) for name, options in categories.items()}
+    seeds = [seed + trial for trial in range(random_trials)] if pooling == "random" else [seed]
+    if not seeds:
+        raise ValueError("random pooling needs at least one trial")
+    results, first_rows = [], []
+    for trial_seed in seeds:
+        generator = torch.Generator().manual_seed(trial_seed)
+        rows = []
+        for slide in slides:
+            category = category_of[slide.organ]
+            scores = slide_class_scores(
+                slide.features.cpu(),
+                embeddings[category],
+                tau_attn,
+                pooling,
+                k,
+                normalize_features,
+                generator,
+                random_patches,
+            )
+            predicted = categories[category][int(scores.argmax())]
+            rows.append((slide.slide_id, category, slide.organ, slide.label, *predicted))
+        first_rows = first_rows or rows
+        results.append(_score_rows(rows, choices, 0 if len(seeds) > 1 else trials, seed))
+    scored = _over_trials(results) if len(seeds) > 1 else results[0]
+    chosen = dict(scored[overall], definition=overall)
     return {
-        "per_organ": per_organ,
-        "overall": overall,
-        "organ_mean": organ_mean,
-        "predictions": rows,
+        "per_organ": scored["per_organ"],
+        "overall": chosen,
+        "organ_mean": scored["organ_mean"]["balanced_accuracy"],
+        "organ_mean_summary": scored["organ_mean"],
+        "pooled": scored["pooled"],
+        "categories": {
+            name: [_key(o) for o in options]
+            for name, options in categories.items()
+            if name in scored["per_organ"]
+        },
+        "predictions": first_rows,
+    }
+
+
+def synonym_class_names(
+    class_names: Sequence[str], synonyms: Sequence[str], term: str
+) -> dict[str, str]:
+    """Each class name with every whole-word synonym (case-insensitive) replaced by ``term``.
+
+    Classes that name no synonym keep their name. Longer synonyms are matched first, so
+    "malignant neoplasm" is replaced as one phrase.
+    """
+    words = sorted((re.escape(s) for s in synonyms if s.strip()), key=len, reverse=True)
+    if not words:
+        return {name: name for name in class_names}
+    pattern = re.compile(r"\b(?:" + "|".join(words) + r")\b", flags=re.IGNORECASE)
+    return {name: pattern.sub(term, name) for name in class_names}
+
+
+@torch.no_grad()
+def template_synonym_robustness(
+    slides: Sequence[SlideExample],
+    classes_by_organ: Mapping[str, Sequence[str]],
+    encode_text: TextEncoder,
+    tau_attn: float,
+    *,
+    templates: Sequence[str],
+    synonyms: Sequence[str],
+    **options: Any,
+) -> dict[str, Any]:
+    """Zero-shot accuracy for every (template, synonym) pair (LIMIT Fig. 3, Table A4).
+
+    Every class name that names one of ``synonyms`` as a whole word has it replaced by each
+    synonym in turn (:func:`synonym_class_names`); each template is used with each term.
+    When no class names a synonym only the templates vary (``terms == []``). ``options``
+    go to :func:`zero_shot_slides` (no bootstrap: ``trials=0``).
+
+    Returns ``{"pairs": [{"template", "term", "balanced_accuracy"}], "mean", "std",
+    "median", "min", "max", "templates", "terms", "per_template": {template: {"mean",
+    "std"}}}``; std is across pairs (``per_template`` across terms).
+    """
+    if not templates:
+        raise ValueError("the robustness report needs at least one template")
+    names = sorted({name for classes in classes_by_organ.values() for name in classes})
+    matching = any(synonym_class_names(names, synonyms, "\0")[n] != n for n in names)
+    terms: list[str] = list(dict.fromkeys(synonyms)) if matching else []
+    pairs = []
+    for template in templates:
+        for term in terms or [None]:
+            renamed = synonym_class_names(names, synonyms, term) if term else None
+            result = zero_shot_slides(
+                slides,
+                classes_by_organ,
+                encode_text,
+                tau_attn,
+                **{**options, "template": template, "class_names": renamed, "trials": 0},
+            )
+            accuracy = result["overall"]["balanced_accuracy"]
+            pairs.append({"template": template, "term": term, "balanced_accuracy": accuracy})
+    values = np.asarray([p["balanced_accuracy"] for p in pairs])
+    per_template = {}
+    for template in templates:
+        mine = [p["balanced_accuracy"] for p in pairs if p["template"] == template]
+        per_template[template] = {"mean": float(np.mean(mine)), "std": float(np.std(mine))}
+    return {
+        "pairs": pairs,
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+        "median": float(np.median(values)),
+        "min": float(values.min()),
+        "max": float(values.max()),
+        "templates": list(templates),
+        "terms": terms,
+        "per_template": per_template,
     }
 
 

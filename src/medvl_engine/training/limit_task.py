@@ -72,6 +72,14 @@ class LimitTaskConfig:
     eval_topk: int = 10
     eval_template: str = "{tissue} {class}"
     eval_bootstrap: int = 1000
+    # The LIMIT paper's evaluation protocol (Sec. 4.3-4.5, App. A.2); defaults are the paper's.
+    eval_overall: Literal["organ_mean", "pooled"] = "organ_mean"  # mean of per-organ accuracy
+    eval_group_single_label: bool = True  # organs with one class form one category
+    eval_random_trials: int = 10  # random pooling: mean (and std) over seeded trials
+    eval_random_patches: int = 10  # patches per random draw (the paper does not state it)
+    eval_robustness: bool = True  # every template x cancer synonym pair (Fig. 3)
+    eval_robustness_templates: list[str] | None = None  # None: data/limit_prompt_variants.py
+    eval_robustness_synonyms: list[str] | None = None  # None: the paper's five cancer terms
     feature_cache: int = 256  # bags kept in memory
 
 
@@ -226,6 +234,10 @@ class LimitTask:
         self.seed = run_config.seed if run_config is not None else 0
         if config.tau_attn <= 0 or config.tau_nce <= 0:
             raise ConfigError("task.tau_attn and task.tau_nce must be positive.")
+        if config.eval_random_trials < 1 or config.eval_random_patches < 1:
+            raise ConfigError(
+                "task.eval_random_trials and task.eval_random_patches must be at least 1."
+            )
         manifest = self._manifest_path()
         records = read_manifest(manifest)
         report_filter = _report_filter(config.report_filter)
@@ -328,6 +340,17 @@ class LimitTask:
 
     # -- loss ----------------------------------------------------------------------------
     def compute_losses(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Weighted InfoNCE (or SigLIT) over one bag; deliberately not gathered under DDP.
+
+        The paper's batch is one bag (batch size 1: an anchor slide and N same-organ
+        negatives), and its loss is normalised within the bag. Pairs across ranks are not
+        part of that objective: another rank's bags hold other organs (no longer hard
+        negatives), and scoring slide i against report j needs slide i's patch features
+        pooled by report j (report-guided attention), which would mean shipping whole bags
+        of patch features between ranks. So each rank scores its own bags and DDP's mean of
+        gradients over ranks equals the paper's loss averaged over W bags, exactly as one
+        process with ``run.grad_accum = W`` computes it.
+        """
         similarity, reports = model(
             batch["features"], batch["mask"], batch["input_ids"], batch["attention_mask"]
         )
@@ -356,33 +379,77 @@ class LimitTask:
             bags.append([anchor, *(same[int(i)] for i in order)])
         return bags
 
-    def zero_shot(self, model: LimitModel, split: str = "test", **options: Any) -> dict[str, Any]:
-        """Organ-restricted zero-shot slide classification of labelled slides of ``split``."""
-        from medvl_engine.evaluation import SlideExample, zero_shot_slides
+    def _zero_shot_inputs(self, split: str) -> tuple[list[Any], dict[str, list[str]]]:
+        """The labelled slides of ``split`` and the classes of each organ (all splits)."""
+        from medvl_engine.evaluation import SlideExample
 
         labelled = [r for r in self.splits[split] if r.label]
-        if not labelled:
-            return {}
         classes: dict[str, set[str]] = {}
         for record in (r for records in self.splits.values() for r in records if r.label):
             classes.setdefault(record.organ, set()).add(record.label)
         slides = [
             SlideExample(self.cache.get(r.features), r.organ, r.label, r.slide_id) for r in labelled
         ]
+        return slides, {organ: sorted(names) for organ, names in sorted(classes.items())}
+
+    def _protocol(self) -> dict[str, Any]:
+        config = self.config
+        return {
+            "overall": config.eval_overall,
+            "group_single_label": config.eval_group_single_label,
+            "random_trials": config.eval_random_trials,
+            "random_patches": config.eval_random_patches,
+            "seed": self.seed,
+        }
+
+    def zero_shot(self, model: LimitModel, split: str = "test", **options: Any) -> dict[str, Any]:
+        """Organ-restricted zero-shot slide classification of labelled slides of ``split``."""
+        from medvl_engine.evaluation.pathology import zero_shot_slides
+
+        slides, classes = self._zero_shot_inputs(split)
+        if not slides:
+            return {}
         settings = {
             "template": self.config.eval_template,
             "pooling": self.config.eval_pooling,
             "k": self.config.eval_topk,
             "trials": self.config.eval_bootstrap,
-            "seed": self.seed,
+            **self._protocol(),
             **options,
         }
         return zero_shot_slides(
+            slides, classes, lambda texts: model.encode_texts(texts), model.tau_attn, **settings
+        )
+
+    def robustness(self, model: LimitModel, split: str = "test") -> dict[str, Any]:
+        """Zero-shot accuracy over every prompt template x cancer synonym pair (Fig. 3)."""
+        from medvl_engine.data.limit_prompt_variants import CANCER_SYNONYMS, ROBUSTNESS_TEMPLATES
+        from medvl_engine.evaluation.pathology import template_synonym_robustness
+
+        slides, classes = self._zero_shot_inputs(split)
+        if not slides:
+            return {}
+        config = self.config
+        templates = config.eval_robustness_templates or list(ROBUSTNESS_TEMPLATES)
+        synonyms = config.eval_robustness_synonyms or list(CANCER_SYNONYMS)
+        for template in templates:
+            try:
+                template.format(**{"tissue": "breast", "class": "tumor"})
+            except (KeyError, IndexError, ValueError):
+                raise ConfigError(
+                    f"task.eval_robustness_templates has {template!r}, which is not a prompt "
+                    "pattern; use only the fields {tissue} and {class}."
+                ) from None
+        protocol = {key: v for key, v in self._protocol().items() if key != "random_trials"}
+        return template_synonym_robustness(
             slides,
-            {organ: sorted(names) for organ, names in classes.items()},
+            classes,
             lambda texts: model.encode_texts(texts),
             model.tau_attn,
-            **settings,
+            templates=templates,
+            synonyms=synonyms,
+            pooling="report_guided",
+            **protocol,
         )
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -449,9 +516,11 @@ def _tuned_folder(out_dir: Path) -> Path | None:
 def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     """Print zero-shot results of the untuned and the LIMIT-tuned text tower on the test split.
 
-    Slide level: balanced accuracy (overall and per organ, +- bootstrap std) with every
-    inference pooling method for the tuned tower; patch level when labels exist. Returns
-    the numbers as a dict (also written to ``<out_dir>/evaluation.json``).
+    Slide level: balanced accuracy (overall = organ mean by default, pooled, per organ,
+    +- bootstrap std) with every inference pooling method for the tuned tower (random
+    pooling: mean +- std over seeded trials); the template x synonym robustness report;
+    patch level when labels exist. Returns the numbers as a dict (also written to
+    ``<out_dir>/evaluation.json``).
     """
     out_dir = Path(summary["out_dir"])
     folder = _tuned_folder(out_dir)
@@ -463,9 +532,15 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     _folder_model_type(folder)
     tuned = load_limit_model(folder).eval()
     tuned.tau_attn = task.config.tau_attn
-    results: dict[str, Any] = {"tuned_model": str(folder)}
+    config = task.config
+    results: dict[str, Any] = {"tuned_model": str(folder), "protocol": task._protocol()}
+    overall_name = "organ mean" if config.eval_overall == "organ_mean" else "pooled"
     lines = [f"Zero-shot on {sum(1 for r in task.splits['test'] if r.label)} held-out test slides"]
-    lines.append(f"{'text tower':<10} {'pooling':<14} {'balanced acc':>13}  per organ")
+    lines.append(
+        f"overall = {overall_name} balanced accuracy +- bootstrap std (random pooling: mean +- "
+        f"std over {config.eval_random_trials} trials of {config.eval_random_patches} patches)"
+    )
+    lines.append(f"{'text tower':<10} {'pooling':<14} {'overall':>15}  {'pooled':>6}  per organ")
     runs = [("untuned", untuned, "report_guided", 10), ("tuned", tuned, "report_guided", 10)]
     runs += [("tuned", tuned, "mean", 10), ("tuned", tuned, "random", 10)]
     runs += [("tuned", tuned, "topk", 10), ("tuned", tuned, "topk", 100)]
@@ -478,13 +553,23 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
         )
         lines.append(
             f"{label:<10} {name:<14} {overall['balanced_accuracy']:>6.3f} +- {overall['std']:.3f}"
-            f"  {organs}"
+            f"  {result['pooled']['balanced_accuracy']:>6.3f}  {organs}"
         )
         results[f"{label}/{name}"] = {
-            "overall": overall,
-            "per_organ": result["per_organ"],
-            "organ_mean": result["organ_mean"],
+            key: result[key]
+            for key in ("overall", "per_organ", "organ_mean", "organ_mean_summary", "pooled")
         }
+        results[f"{label}/{name}"]["categories"] = result["categories"]
+    if config.eval_robustness:
+        for label, model in (("untuned", untuned), ("tuned", tuned)):
+            robust = task.robustness(model, "test")
+            results[f"{label}/robustness"] = robust
+            terms = f"{len(robust['terms'])} cancer terms" if robust["terms"] else "no synonym"
+            lines.append(
+                f"{label:<10} {'prompts':<14} {robust['mean']:>6.3f} +- {robust['std']:.3f}"
+                f"  over {len(robust['templates'])} templates x {terms} (median "
+                f"{robust['median']:.3f}, range {robust['min']:.3f}-{robust['max']:.3f})"
+            )
     for label, model in (("untuned", untuned), ("tuned", tuned)):
         patch = _patch_zero_shot(task, model)
         if patch:
