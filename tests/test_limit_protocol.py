@@ -21,6 +21,7 @@ from medvl_engine.evaluation.pathology import (
     organ_mean_bootstrap,
     random_patch_pool,
     synonym_class_names,
+    table_weights,
     template_synonym_robustness,
     zero_shot_slides,
 )
@@ -94,12 +95,18 @@ def test_single_label_organs_form_one_category_of_their_own_pairs():
     assert categories == {
         "breast": [("breast", "tumor"), ("breast", "fat"), ("breast", "stroma")],
         "lung": [("lung", "tumor"), ("lung", "fat")],
-        "other": [("bladder", "urothelial carcinoma"), ("prostate", "adenocarcinoma")],
+        "single-label organs": [
+            ("bladder", "urothelial carcinoma"),
+            ("prostate", "adenocarcinoma"),
+        ],
     }
     apart = choice_categories(CLASSES, group_single_label=False)
-    assert apart["bladder"] == [("bladder", "urothelial carcinoma")] and "other" not in apart
+    assert (
+        apart["bladder"] == [("bladder", "urothelial carcinoma")]
+        and "single-label organs" not in apart
+    )
     with pytest.raises(ValueError, match="like an organ with several classes"):
-        choice_categories({**CLASSES, "other": ["a", "b"]})
+        choice_categories({**CLASSES, "single-label organs": ["a", "b"]})
 
 
 def test_overall_is_the_mean_over_organs_with_single_label_organs_grouped():
@@ -110,8 +117,9 @@ def test_overall_is_the_mean_over_organs_with_single_label_organs_grouped():
     lung = _naive_balanced_accuracy(_pairs({"lung"}))
     other = _naive_balanced_accuracy(_pairs({"bladder", "prostate"}))
     assert (breast, lung, other) == pytest.approx((8 / 9, 0.5, 0.75))
-    assert result["per_organ"]["other"]["balanced_accuracy"] == pytest.approx(other)
-    assert result["per_organ"]["other"]["n"] == 3 and result["per_organ"]["other"]["choices"] == 2
+    group = result["per_organ"]["single-label organs"]
+    assert group["balanced_accuracy"] == pytest.approx(other)
+    assert group["n"] == 3 and group["choices"] == 2
     assert result["overall"]["definition"] == "organ_mean"
     assert result["overall"]["balanced_accuracy"] == pytest.approx((breast + lung + other) / 3)
     assert result["organ_mean"] == pytest.approx((breast + lung + other) / 3)
@@ -143,12 +151,56 @@ def test_without_grouping_one_choice_organs_are_left_out_of_the_mean():
     assert result["organ_mean_summary"]["categories"] == 2
 
 
+def test_table_keeps_the_largest_organs_and_averages_the_rest_into_other():
+    # TCGA-OT (LIMIT Table 2, Conch-Z): 7 largest organs, then "Other"; overall = row mean
+    reported = {
+        "breast": 89.2,
+        "lung": 74.2,
+        "brain": 44.4,
+        "kidney": 96.4,
+        "thyroid": 82.9,
+        "bowel": 74.7,
+        "uterus": 82.1,
+    }
+    sizes = {organ: 1000 - 10 * index for index, organ in enumerate(reported)}
+    sizes.update({"liver": 300, "skin": 400, "single-label organs": 1544})
+    accuracy = {**reported, "liver": 80.0, "skin": 93.4, "single-label organs": 86.7}
+    table, weights = table_weights(sizes, 7)
+    assert table == {
+        **{o: [o] for o in sorted(reported)},
+        "other": sorted(set(sizes) - set(reported)),
+    }
+    assert sum(weights.values()) == pytest.approx(1.0)
+    overall = sum(weights[c] * accuracy[c] for c in sizes)
+    assert overall == pytest.approx((sum(reported.values()) + 86.7) / 8)
+    assert round(overall, 1) == 78.8  # the paper's overall
+    everything, equal = table_weights(sizes, None)
+    assert len(everything) == 10 and set(equal.values()) == {0.1}
+    one_left, _ = table_weights({"a": 5, "b": 4}, 1)
+    assert one_left == {"a": ["a"], "b": ["b"]}  # a lone leftover keeps its own name
+
+
+def test_overall_of_a_short_table_is_the_mean_of_its_rows():
+    result = zero_shot_slides(_slides(), CLASSES, _encode(), 0.05, trials=30, report_organs=1)
+    breast = _naive_balanced_accuracy(_pairs({"breast"}))
+    lung = _naive_balanced_accuracy(_pairs({"lung"}))
+    other = _naive_balanced_accuracy(_pairs({"bladder", "prostate"}))
+    summary = result["organ_mean_summary"]
+    assert summary["table"] == pytest.approx({"breast": breast, "other": (lung + other) / 2})
+    assert summary["other"] == ["lung", "single-label organs"]
+    assert result["overall"]["balanced_accuracy"] == pytest.approx(
+        (breast + (lung + other) / 2) / 2
+    )
+
+
 def test_organ_mean_bootstrap_resamples_within_each_category():
     y1, p1 = np.array(["a", "a", "b", "b", "b"]), np.array(["a", "b", "b", "b", "a"])
     y2, p2 = np.array(["c", "d", "d"]), np.array(["c", "d", "c"])
     # one category: the same resamples as the plain bootstrap of its balanced accuracy
     one = organ_mean_bootstrap([(y1, p1)], trials=200, seed=3)
-    assert np.std(one) == pytest.approx(bootstrap_std(balanced_accuracy, y1, p1, trials=200, seed=3))
+    assert np.std(one) == pytest.approx(
+        bootstrap_std(balanced_accuracy, y1, p1, trials=200, seed=3)
+    )
     # two categories: each trial draws rows of category 1, then of category 2
     rng = np.random.default_rng(5)
     naive = []
@@ -160,6 +212,14 @@ def test_organ_mean_bootstrap_resamples_within_each_category():
         naive.append((first + second) / 2)
     both = organ_mean_bootstrap([(y1, p1), (y2, p2)], trials=100, seed=5)
     np.testing.assert_allclose(both, naive)
+    weighted = organ_mean_bootstrap([(y1, p1), (y2, p2)], trials=100, seed=5, weights=[0.25, 0.75])
+    rng = np.random.default_rng(5)
+    for value in weighted:
+        rows1 = rng.integers(0, 5, size=5)
+        rows2 = rng.integers(0, 3, size=3)
+        first = _naive_balanced_accuracy(list(zip(y1[rows1], p1[rows1], strict=True)))
+        second = _naive_balanced_accuracy(list(zip(y2[rows2], p2[rows2], strict=True)))
+        assert value == pytest.approx(0.25 * first + 0.75 * second)
     perfect = organ_mean_bootstrap([(y1, y1), (y2, y2)], trials=20)
     assert (perfect == 1.0).all()
 

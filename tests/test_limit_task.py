@@ -220,6 +220,8 @@ def test_protocol_options_reach_the_evaluation_and_bad_ones_are_refused(cohort):
     ]
     with pytest.raises(ConfigError, match="must be at least 1"):
         _task(cohort, eval_random_trials=0)
+    with pytest.raises(ConfigError, match="eval_report_organs must be 0 or more"):
+        _task(cohort, eval_report_organs=-1)
     bad, _ = _task(cohort, eval_robustness_templates=["{organ} {class}"])
     with pytest.raises(ConfigError, match="use only the fields"):
         bad.robustness(model, "test")

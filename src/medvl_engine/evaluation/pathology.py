@@ -5,8 +5,10 @@ organ, each written as the prompt ``"<tissue> <class>"``; every prompt ``c_k`` p
 slide's patches with report-guided attention and ``y = argmax_k cos(h_W(c_k), c_k)``.
 Organs with a single diagnostic label are grouped into one category whose choices are all
 of their (organ, class) pairs. Balanced accuracy is reported per category; the overall
-score is the mean over categories (the paper's "average balanced accuracy across all
-organs"), each with a 1,000-trial bootstrap std. The random pooling baseline is the mean
+score is the mean of the table rows (the paper's "average balanced accuracy across all
+organs"; with ``report_organs`` the largest organs are rows and the rest one "other" row,
+as in Table 2, whose TCGA-OT overall is the mean of its 8 rows), each with a 1,000-trial
+bootstrap std. The random pooling baseline is the mean
 over 10 seeded trials of randomly selected patches (Sec. 4.5). A template/synonym report
 scores every (template, cancer synonym) pair (Fig. 3, Table A4).
 Patch level: ``y = argmax_k cos(v, c_k)``; balanced accuracy and one-vs-rest AUROC.
@@ -38,10 +40,13 @@ __all__ = [
     "zero_shot_patches",
     "DEFAULT_TEMPLATE",
     "SINGLE_LABEL_GROUP",
+    "OTHER_ROW",
+    "table_weights",
 ]
 
 DEFAULT_TEMPLATE = "{tissue} {class}"
-SINGLE_LABEL_GROUP = "other"
+SINGLE_LABEL_GROUP = "single-label organs"
+OTHER_ROW = "other"
 TextEncoder = Callable[[list[str]], torch.Tensor]
 Option = tuple[str, str]  # (organ, class)
 
@@ -122,14 +127,50 @@ def slide_class_scores(
     return F.cosine_similarity(pooled, classes, dim=-1)
 
 
+def table_weights(
+    sizes: Mapping[str, int],
+    report_organs: int | None,
+    single_label_group: str = SINGLE_LABEL_GROUP,
+) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """The rows of the per-organ table and each category's weight in the overall mean.
+
+    sizes: slides per category. With ``report_organs = N`` the N organs with the most
+    slides (ties by name; never the group of single-label organs) are rows of their own
+    and the rest are averaged into one row ``"other"`` (LIMIT App. A.2: 7 organs and
+    "Other", macro-averaged); overall is the mean of the rows, so each category weighs
+    ``1 / rows`` or ``1 / (rows * len(other))``. ``None``: every category is a row.
+    Returns ``({row: [categories]}, {category: weight})``.
+    """
+    organs = sorted((c for c in sizes if c != single_label_group), key=lambda c: (-sizes[c], c))
+    if report_organs is None:
+        table = {c: [c] for c in sorted(sizes)}
+    else:
+        if report_organs < 0:
+            raise ValueError(f"the number of organs to report must be >= 0, got {report_organs}")
+        top = sorted(organs[:report_organs])
+        rest = sorted(c for c in sizes if c not in top)
+        if len(rest) == 1:
+            top, rest = sorted([*top, *rest]), []
+        table = {c: [c] for c in top}
+        if rest:
+            table[OTHER_ROW] = rest
+    weights = {c: 1 / (len(table) * len(members)) for members in table.values() for c in members}
+    return table, weights
+
+
 def organ_mean_bootstrap(
-    groups: Sequence[tuple[np.ndarray, np.ndarray]], trials: int = 1000, seed: int = 0
+    groups: Sequence[tuple[np.ndarray, np.ndarray]],
+    trials: int = 1000,
+    seed: int = 0,
+    weights: Sequence[float] | None = None,
 ) -> np.ndarray:
     """Organ-mean balanced accuracy of ``trials`` resamples, ``[trials]``.
 
-    groups: ``(labels, predictions)`` of each category. Slides are resampled with
-    replacement within each category, so every resample keeps every category.
+    groups: ``(labels, predictions)`` of each category; weights: each category's weight
+    (default: equal). Slides are resampled with replacement within each category, so
+    every resample keeps every category.
     """
+    share = np.full(len(groups), 1 / len(groups)) if weights is None else np.asarray(weights)
     rng = np.random.default_rng(seed)
     values = np.empty(trials)
     for trial in range(trials):
@@ -137,7 +178,7 @@ def organ_mean_bootstrap(
         for labels, predictions in groups:
             rows = rng.integers(0, len(labels), size=len(labels))
             scores.append(balanced_accuracy(labels[rows], predictions[rows]))
-        values[trial] = np.mean(scores)
+        values[trial] = float(np.dot(share, scores))
     return values
 
 
@@ -150,10 +191,12 @@ def _score_rows(
     choices: Mapping[str, int],
     trials: int,
     seed: int,
+    report_organs: int | None,
+    single_label_group: str,
 ) -> dict[str, Any]:
-    """Per-category, organ-mean and pooled balanced accuracy of prediction rows."""
+    """Per-category, table, organ-mean and pooled balanced accuracy of prediction rows."""
     per_organ: dict[str, dict[str, float]] = {}
-    groups = []
+    groups, names = [], []
     for category in sorted({row[1] for row in rows}):
         chosen = [row for row in rows if row[1] == category]
         y = np.asarray([_key((r[2], r[3])) for r in chosen], dtype=object)
@@ -166,16 +209,26 @@ def _score_rows(
         }
         if choices[category] > 1:  # a one-choice category is right by construction
             groups.append((y, p))
+            names.append(category)
     if not groups:
         raise ValueError("no category has two or more choices; zero-shot needs a choice to make")
-    values = organ_mean_bootstrap(groups, trials, seed)
+    sizes = {name: len(y) for name, (y, _) in zip(names, groups, strict=True)}
+    table, weights = table_weights(sizes, report_organs, single_label_group)
+    accuracy = {name: per_organ[name]["balanced_accuracy"] for name in names}
+    rows_of_table = {
+        row: float(np.mean([accuracy[c] for c in members])) for row, members in table.items()
+    }
+    share = [weights[name] for name in names]
+    values = organ_mean_bootstrap(groups, trials, seed, share)
     organ_mean = {
-        "balanced_accuracy": float(np.mean([balanced_accuracy(y, p) for y, p in groups])),
+        "balanced_accuracy": float(np.mean(list(rows_of_table.values()))),
         "std": float(np.std(values)) if trials else float("nan"),
         "ci_low": float(np.percentile(values, 2.5)) if trials else float("nan"),
         "ci_high": float(np.percentile(values, 97.5)) if trials else float("nan"),
         "n": float(sum(len(y) for y, _ in groups)),
         "categories": float(len(groups)),
+        "table": rows_of_table,
+        "other": table.get(OTHER_ROW, []),
     }
     y = np.asarray([_key((r[2], r[3])) for r in rows], dtype=object)
     p = np.asarray([_key((r[4], r[5])) for r in rows], dtype=object)
@@ -213,6 +266,11 @@ def _over_trials(results: list[dict[str, Any]]) -> dict[str, Any]:
         first["organ_mean"]["n"],
         categories=first["organ_mean"]["categories"],
     )
+    organ_mean["table"] = {
+        row: float(np.mean([r["organ_mean"]["table"][row] for r in results]))
+        for row in first["organ_mean"]["table"]
+    }
+    organ_mean["other"] = first["organ_mean"]["other"]
     pooled = summary([r["pooled"]["balanced_accuracy"] for r in results], first["pooled"]["n"])
     return {"per_organ": per_organ, "organ_mean": organ_mean, "pooled": pooled}
 
@@ -237,6 +295,7 @@ def zero_shot_slides(
     single_label_group: str = SINGLE_LABEL_GROUP,
     random_trials: int = 10,
     random_patches: int = 10,
+    report_organs: int | None = None,
 ) -> dict[str, Any]:
     """Organ-restricted zero-shot slide classification (TCGA-OT protocol).
 
@@ -245,15 +304,17 @@ def zero_shot_slides(
     encode_text: texts -> ``[T, D]``. Single-label organs form one category
     (:func:`choice_categories`). ``random`` pooling runs ``random_trials`` seeded trials of
     ``random_patches`` random patches per slide; its numbers are means over the trials and
-    its ``std`` the std across them (no bootstrap).
+    its ``std`` the std across them (no bootstrap). ``report_organs = N`` keeps the N organs
+    with the most slides as table rows and averages the rest into one row ``"other"``
+    (:func:`table_weights`; the paper reports 7 and "Other").
 
     Returns ``{"per_organ": {category: {"balanced_accuracy", "std", "n", "choices"}},
     "overall": {...}, "organ_mean": float, "organ_mean_summary": {...}, "pooled": {...},
     "categories": {category: ["organ/class", ...]}, "predictions": [(slide_id, category,
-    organ, label, predicted_organ, predicted_label), ...]}``. ``overall`` is the mean over
-    categories with two or more choices of their balanced accuracy (with a bootstrap std and
-    95% interval, ``ci_low``/``ci_high``) or, with ``overall="pooled"``, the balanced
-    accuracy over (organ, class) pairs of all slides.
+    organ, label, predicted_organ, predicted_label), ...]}``. ``overall`` is the mean of the
+    table rows (categories with two or more choices; ``organ_mean_summary["table"]``) with a
+    bootstrap std and 95% interval (``ci_low``/``ci_high``) or, with ``overall="pooled"``,
+    the balanced accuracy over (organ, class) pairs of all slides.
     """
     if overall not in ("organ_mean", "pooled"):
         raise ValueError(f"overall must be 'organ_mean' or 'pooled', got {overall!r}")
@@ -303,7 +364,10 @@ def zero_shot_slides(
             predicted = categories[category][int(scores.argmax())]
             rows.append((slide.slide_id, category, slide.organ, slide.label, *predicted))
         first_rows = first_rows or rows
-        results.append(_score_rows(rows, choices, 0 if len(seeds) > 1 else trials, seed))
+        bootstrap = 0 if len(seeds) > 1 else trials
+        results.append(
+            _score_rows(rows, choices, bootstrap, seed, report_organs, single_label_group)
+        )
     scored = _over_trials(results) if len(seeds) > 1 else results[0]
     chosen = dict(scored[overall], definition=overall)
     return {

@@ -75,6 +75,7 @@ class LimitTaskConfig:
     # The LIMIT paper's evaluation protocol (Sec. 4.3-4.5, App. A.2); defaults are the paper's.
     eval_overall: Literal["organ_mean", "pooled"] = "organ_mean"  # mean of per-organ accuracy
     eval_group_single_label: bool = True  # organs with one class form one category
+    eval_report_organs: int | None = 7  # largest organs as rows, the rest as "other"; None: all
     eval_random_trials: int = 10  # random pooling: mean (and std) over seeded trials
     eval_random_patches: int = 10  # patches per random draw (the paper does not state it)
     eval_robustness: bool = True  # every template x cancer synonym pair (Fig. 3)
@@ -238,6 +239,8 @@ class LimitTask:
             raise ConfigError(
                 "task.eval_random_trials and task.eval_random_patches must be at least 1."
             )
+        if config.eval_report_organs is not None and config.eval_report_organs < 0:
+            raise ConfigError("task.eval_report_organs must be 0 or more, or null for all organs.")
         manifest = self._manifest_path()
         records = read_manifest(manifest)
         report_filter = _report_filter(config.report_filter)
@@ -397,6 +400,7 @@ class LimitTask:
         return {
             "overall": config.eval_overall,
             "group_single_label": config.eval_group_single_label,
+            "report_organs": config.eval_report_organs,
             "random_trials": config.eval_random_trials,
             "random_patches": config.eval_random_patches,
             "seed": self.seed,
@@ -548,9 +552,8 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
         result = task.zero_shot(model, "test", pooling=pooling, k=k)
         name = pooling if pooling != "topk" else f"top-{k}"
         overall = result["overall"]
-        organs = ", ".join(
-            f"{organ} {v['balanced_accuracy']:.2f}" for organ, v in result["per_organ"].items()
-        )
+        table = result["organ_mean_summary"]["table"]
+        organs = ", ".join(f"{row} {value:.2f}" for row, value in table.items())
         lines.append(
             f"{label:<10} {name:<14} {overall['balanced_accuracy']:>6.3f} +- {overall['std']:.3f}"
             f"  {result['pooled']['balanced_accuracy']:>6.3f}  {organs}"
