@@ -19,6 +19,7 @@ from medvl_engine.evaluation.pathology import (
     SlideExample,
     choice_categories,
     organ_mean_bootstrap,
+    patch_template_synonym_robustness,
     random_patch_pool,
     synonym_class_names,
     table_weights,
@@ -333,3 +334,51 @@ def test_robustness_scores_every_template_and_synonym_pair():
         synonyms=CANCER_SYNONYMS,
     )
     assert no_match["terms"] == [] and len(no_match["pairs"]) == 3
+
+
+def test_patch_robustness_scores_every_pair_with_each_patch_tissue():
+    seen: list[str] = []
+
+    def encode(texts: list[str]) -> torch.Tensor:
+        seen.extend(texts)
+        rows = []
+        for text in texts:
+            if "fat" in text:
+                rows.append([0.0, 1.0])
+            elif "carcinoma" in text and "lung" in text:
+                rows.append([-1.0, 0.0])  # lung tumor patches go to fat with this wording
+            else:
+                rows.append([1.0, 0.0])
+        return torch.tensor(rows)
+
+    features = torch.tensor([[1.0, 0.1], [0.9, 0.0], [1.0, 0.2], [0.1, 1.0]])
+    labels = [0, 0, 0, 1]  # tumor, tumor, tumor, fat
+    organs = ["breast", "lung", "lung", "lung"]
+    report = patch_template_synonym_robustness(
+        features,
+        labels,
+        organs,
+        ["tumor", "fat"],
+        encode,
+        templates=ROBUSTNESS_TEMPLATES[:2],
+        synonyms=CANCER_SYNONYMS,
+    )
+    carcinoma_pairs = _naive_balanced_accuracy(
+        [("tumor", "tumor"), ("tumor", "fat"), ("tumor", "fat"), ("fat", "fat")]
+    )
+    expected = [carcinoma_pairs if p["term"] == "carcinoma" else 1.0 for p in report["pairs"]]
+    assert len(report["pairs"]) == 10
+    assert [p["balanced_accuracy"] for p in report["pairs"]] == pytest.approx(expected)
+    assert report["mean"] == pytest.approx(np.mean(expected))
+    assert ROBUSTNESS_TEMPLATES[1].format(**{"tissue": "lung", "class": "carcinoma"}) in seen
+    assert ROBUSTNESS_TEMPLATES[1].format(**{"tissue": "breast", "class": "fat"}) in seen
+    with pytest.raises(ValueError, match="same length"):
+        patch_template_synonym_robustness(
+            features,
+            labels,
+            organs[:2],
+            ["tumor", "fat"],
+            encode,
+            templates=["{class}"],
+            synonyms=[],
+        )

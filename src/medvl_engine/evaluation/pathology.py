@@ -35,6 +35,7 @@ __all__ = [
     "random_patch_pool",
     "slide_class_scores",
     "synonym_class_names",
+    "patch_template_synonym_robustness",
     "template_synonym_robustness",
     "zero_shot_slides",
     "zero_shot_patches",
@@ -422,24 +423,38 @@ def template_synonym_robustness(
     "median", "min", "max", "templates", "terms", "per_template": {template: {"mean",
     "std"}}}``; std is across pairs (``per_template`` across terms).
     """
+    names = sorted({name for classes in classes_by_organ.values() for name in classes})
+
+    def accuracy(template: str, renamed: Mapping[str, str] | None) -> float:
+        result = zero_shot_slides(
+            slides,
+            classes_by_organ,
+            encode_text,
+            tau_attn,
+            **{**options, "template": template, "class_names": renamed, "trials": 0},
+        )
+        return result["overall"]["balanced_accuracy"]
+
+    return _robustness(names, templates, synonyms, accuracy)
+
+
+def _robustness(
+    names: Sequence[str],
+    templates: Sequence[str],
+    synonyms: Sequence[str],
+    accuracy: Callable[[str, Mapping[str, str] | None], float],
+) -> dict[str, Any]:
+    """Score ``accuracy(template, class_names)`` for every (template, term) pair; summary."""
     if not templates:
         raise ValueError("the robustness report needs at least one template")
-    names = sorted({name for classes in classes_by_organ.values() for name in classes})
     matching = any(synonym_class_names(names, synonyms, "\0")[n] != n for n in names)
     terms: list[str] = list(dict.fromkeys(synonyms)) if matching else []
     pairs = []
     for template in templates:
         for term in terms or [None]:
             renamed = synonym_class_names(names, synonyms, term) if term else None
-            result = zero_shot_slides(
-                slides,
-                classes_by_organ,
-                encode_text,
-                tau_attn,
-                **{**options, "template": template, "class_names": renamed, "trials": 0},
-            )
-            accuracy = result["overall"]["balanced_accuracy"]
-            pairs.append({"template": template, "term": term, "balanced_accuracy": accuracy})
+            value = accuracy(template, renamed)
+            pairs.append({"template": template, "term": term, "balanced_accuracy": value})
     values = np.asarray([p["balanced_accuracy"] for p in pairs])
     per_template = {}
     for template in templates:
@@ -456,6 +471,45 @@ def template_synonym_robustness(
         "terms": terms,
         "per_template": per_template,
     }
+
+
+@torch.no_grad()
+def patch_template_synonym_robustness(
+    patch_features: torch.Tensor,
+    labels: Sequence[int] | np.ndarray,
+    organs: Sequence[str],
+    class_names: Sequence[str],
+    encode_text: TextEncoder,
+    *,
+    templates: Sequence[str],
+    synonyms: Sequence[str],
+) -> dict[str, Any]:
+    """Patch-level zero-shot balanced accuracy for every (template, synonym) pair (Fig. 3).
+
+    patch_features ``[N, D]``; labels ``[N]`` indices into ``class_names``; organs ``[N]``
+    the tissue of each patch, written into the template's ``{tissue}``. A patch is assigned
+    ``argmax_k cos(v, c_k)`` over the prompts of every class for its tissue. Returns the
+    summary of :func:`template_synonym_robustness`.
+    """
+    patches = F.normalize(patch_features.float().cpu(), dim=-1)
+    y = np.asarray(labels)
+    tissues = np.asarray(list(organs), dtype=object)
+    if not (len(y) == len(tissues) == len(patches)):
+        raise ValueError("patch features, labels and organs must have the same length")
+
+    def accuracy(template: str, renamed: Mapping[str, str] | None) -> float:
+        predictions = np.empty(len(y), dtype=np.int64)
+        for tissue in sorted(set(tissues.tolist())):
+            rows = np.flatnonzero(tissues == tissue)
+            prompts = [
+                template.format(**{"tissue": tissue, "class": (renamed or {}).get(c, c)})
+                for c in class_names
+            ]
+            classes = F.normalize(encode_text(prompts).float().cpu(), dim=-1)
+            predictions[rows] = (patches[rows] @ classes.T).argmax(1).numpy()
+        return balanced_accuracy(y, predictions)
+
+    return _robustness(list(class_names), templates, synonyms, accuracy)
 
 
 @torch.no_grad()

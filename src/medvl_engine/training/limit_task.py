@@ -481,15 +481,12 @@ def build_task(config: LimitTaskConfig, run_config: RunConfig) -> LimitTask:
     return LimitTask(config, run_config)
 
 
-def _patch_zero_shot(task: LimitTask, model: LimitModel) -> dict[str, float]:
-    """Patch-level zero-shot on test stores that carry "patch_labels" (synthetic cohorts)."""
+def _labelled_patches(task: LimitTask) -> tuple[torch.Tensor, Any, list[str]] | None:
+    """Features ``[N, D]``, labels ``[N]`` and organs of test patches with "patch_labels"."""
     import numpy as np
     import zarr
 
-    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
-    from medvl_engine.evaluation import zero_shot_patches
-
-    features, labels = [], []
+    features, labels, organs = [], [], []
     for record in task.splits["test"]:
         if record.features.suffix == ".h5":
             continue
@@ -497,15 +494,55 @@ def _patch_zero_shot(task: LimitTask, model: LimitModel) -> dict[str, float]:
         if "patch_labels" in group:
             features.append(task.cache.get(record.features))
             labels.append(np.asarray(group["patch_labels"][...]))
+            organs.extend([record.organ] * len(labels[-1]))
     if not features:
+        return None
+    return torch.cat(features), np.concatenate(labels), organs
+
+
+def _patch_zero_shot(task: LimitTask, model: LimitModel) -> dict[str, float]:
+    """Patch-level zero-shot on test stores that carry "patch_labels" (synthetic cohorts)."""
+    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
+    from medvl_engine.evaluation import zero_shot_patches
+
+    patches = _labelled_patches(task)
+    if patches is None:
         return {}
     return zero_shot_patches(
-        torch.cat(features),
-        np.concatenate(labels),
+        patches[0],
+        patches[1],
         list(DIAGNOSTIC_CLASSES),
         lambda texts: model.encode_texts(texts),
         trials=task.config.eval_bootstrap,
         seed=task.seed,
+    )
+
+
+def _patch_robustness(task: LimitTask, model: LimitModel) -> dict[str, Any]:
+    """Patch-level template x synonym report (the paper's Fig. 3 is patch level)."""
+    from medvl_engine.data.limit_prompt_variants import CANCER_SYNONYMS, ROBUSTNESS_TEMPLATES
+    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
+    from medvl_engine.evaluation.pathology import patch_template_synonym_robustness
+
+    patches = _labelled_patches(task)
+    if patches is None:
+        return {}
+    return patch_template_synonym_robustness(
+        *patches,
+        list(DIAGNOSTIC_CLASSES),
+        lambda texts: model.encode_texts(texts),
+        templates=task.config.eval_robustness_templates or list(ROBUSTNESS_TEMPLATES),
+        synonyms=task.config.eval_robustness_synonyms or list(CANCER_SYNONYMS),
+    )
+
+
+def _robustness_line(label: str, name: str, robust: dict[str, Any]) -> str:
+    """One printed line of a template x synonym report."""
+    terms = f"{len(robust['terms'])} cancer terms" if robust["terms"] else "no synonym"
+    return (
+        f"{label:<10} {name:<14} {robust['mean']:>6.3f} +- {robust['std']:.3f}"
+        f"  over {len(robust['templates'])} templates x {terms} (median "
+        f"{robust['median']:.3f}, range {robust['min']:.3f}-{robust['max']:.3f})"
     )
 
 
@@ -567,12 +604,7 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
         for label, model in (("untuned", untuned), ("tuned", tuned)):
             robust = task.robustness(model, "test")
             results[f"{label}/robustness"] = robust
-            terms = f"{len(robust['terms'])} cancer terms" if robust["terms"] else "no synonym"
-            lines.append(
-                f"{label:<10} {'prompts':<14} {robust['mean']:>6.3f} +- {robust['std']:.3f}"
-                f"  over {len(robust['templates'])} templates x {terms} (median "
-                f"{robust['median']:.3f}, range {robust['min']:.3f}-{robust['max']:.3f})"
-            )
+            lines.append(_robustness_line(label, "prompts", robust))
     for label, model in (("untuned", untuned), ("tuned", tuned)):
         patch = _patch_zero_shot(task, model)
         if patch:
@@ -582,6 +614,10 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
                 f"{patch['balanced_accuracy_std']:.3f}  AUROC {patch['auroc']:.3f} +- "
                 f"{patch['auroc_std']:.3f}"
             )
+        robust = _patch_robustness(task, model) if task.config.eval_robustness else {}
+        if robust:
+            results[f"{label}/patch_robustness"] = robust
+            lines.append(_robustness_line(label, "patch prompts", robust))
     print("\n".join(lines))
     (out_dir / "evaluation.json").write_text(json.dumps(results, indent=2, default=str))
     return results
