@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -424,18 +424,54 @@ def template_synonym_robustness(
     "std"}}}``; std is across pairs (``per_template`` across terms).
     """
     names = sorted({name for classes in classes_by_organ.values() for name in classes})
+    tissue_names = options.get("tissue_names") or {}
+    cached = _CachedEncoder(encode_text)
+    cached.prefetch(
+        template.format(**{"tissue": tissue_names.get(organ, organ), "class": renamed[name]})
+        for template in templates
+        for renamed in _renamings(names, synonyms)
+        for organ, classes in classes_by_organ.items()
+        for name in classes
+    )
 
     def accuracy(template: str, renamed: Mapping[str, str] | None) -> float:
         result = zero_shot_slides(
             slides,
             classes_by_organ,
-            encode_text,
+            cached,
             tau_attn,
             **{**options, "template": template, "class_names": renamed, "trials": 0},
         )
         return result["overall"]["balanced_accuracy"]
 
     return _robustness(names, templates, synonyms, accuracy)
+
+
+class _CachedEncoder:
+    """A text encoder that encodes each distinct prompt once, in batches."""
+
+    def __init__(self, encode_text: TextEncoder, batch: int = 256) -> None:
+        self.encode_text = encode_text
+        self.batch = batch
+        self.rows: dict[str, torch.Tensor] = {}
+
+    def prefetch(self, texts: Iterable[str]) -> None:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.rows]
+        for start in range(0, len(missing), self.batch):
+            chunk = missing[start : start + self.batch]
+            embedded = self.encode_text(chunk).float().cpu()
+            self.rows.update(zip(chunk, embedded, strict=True))
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        self.prefetch(texts)
+        return torch.stack([self.rows[t] for t in texts])
+
+
+def _renamings(names: Sequence[str], synonyms: Sequence[str]) -> list[dict[str, str]]:
+    """Class names under each synonym term (the names themselves when none matches)."""
+    terms = list(dict.fromkeys(synonyms)) or [None]
+    renamed = [synonym_class_names(names, synonyms, t) if t else None for t in terms]
+    return [r or {n: n for n in names} for r in renamed] + [{n: n for n in names}]
 
 
 def _robustness(
@@ -497,6 +533,15 @@ def patch_template_synonym_robustness(
     if not (len(y) == len(tissues) == len(patches)):
         raise ValueError("patch features, labels and organs must have the same length")
 
+    cached = _CachedEncoder(encode_text)
+    cached.prefetch(
+        template.format(**{"tissue": tissue, "class": renamed[name]})
+        for template in templates
+        for renamed in _renamings(list(class_names), synonyms)
+        for tissue in sorted(set(tissues.tolist()))
+        for name in class_names
+    )
+
     def accuracy(template: str, renamed: Mapping[str, str] | None) -> float:
         predictions = np.empty(len(y), dtype=np.int64)
         for tissue in sorted(set(tissues.tolist())):
@@ -505,7 +550,7 @@ def patch_template_synonym_robustness(
                 template.format(**{"tissue": tissue, "class": (renamed or {}).get(c, c)})
                 for c in class_names
             ]
-            classes = F.normalize(encode_text(prompts).float().cpu(), dim=-1)
+            classes = F.normalize(cached(prompts), dim=-1)
             predictions[rows] = (patches[rows] @ classes.T).argmax(1).numpy()
         return balanced_accuracy(y, predictions)
 
