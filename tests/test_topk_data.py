@@ -106,7 +106,7 @@ def test_manifest_csv_and_jsonl(tmp_path):
     ("row", "message"),
     [
         ("e1,X,a.dcm,b.dcm,,1,A,0,,,train", "laterality must be L or R"),
-        ("e1,L,a.dcm,b.dcm,,6,A,0,,,train", "birads must be 1..5"),
+        ("e1,L,a.dcm,b.dcm,,7,A,0,,,train", "birads must be 0..6"),
         ("e1,L,a.dcm,b.dcm,,1,Z,0,,,train", "density must be one of A-D"),
         ("e1,L,,b.dcm,,1,A,0,,,train", "missing cc_path"),
     ],

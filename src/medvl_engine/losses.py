@@ -94,9 +94,27 @@ def tabular_similarity(attributes: torch.Tensor) -> torch.Tensor:
 
     attributes: ``[B, F]``, the concatenated one-hot (BI-RADS, density, cancer) and
     multi-hot (finding types) vectors. Returns ``[B, B]``, ``S_ij = cos(a_i, a_j)``.
+
+    Missing labels are NaN entries (a whole field's slots). With ``m_i`` the 0/1 mask of the
+    entries row i has and ``a_i`` its vector with NaN read as 0, the cosine runs over the
+    entries both rows have::
+
+        S_ij = sum_f m_if m_jf a_if a_jf
+               / ( sqrt(sum_f m_if m_jf a_if^2) * sqrt(sum_f m_if m_jf a_jf^2) )
+
+    and is 0 when either norm is 0 (no shared field, or no positive entry in it). Without NaN
+    this is the plain cosine. The diagonal is 1: each image's own report is its positive.
     """
-    unit = F.normalize(attributes.float(), dim=-1, eps=1e-12)
-    return unit @ unit.T
+    values = attributes.float()
+    present = ~torch.isnan(values)
+    vector = torch.where(present, values, torch.zeros_like(values))
+    mask = present.to(vector.dtype)
+    dot = vector @ vector.T
+    norm_i = (vector * vector) @ mask.T  # [i, j]: sum_f a_if^2 over the entries row j has
+    denominator = torch.sqrt(norm_i * norm_i.T)
+    safe = torch.where(denominator > 1e-12, denominator, torch.ones_like(denominator))
+    similarity = torch.where(denominator > 1e-12, dot / safe, torch.zeros_like(dot))
+    return similarity.fill_diagonal_(1.0)
 
 
 def sup_sigmoid_loss(

@@ -30,6 +30,7 @@ __all__ = [
     "collate_breasts",
     "disk_cached_loader",
     "load_breast",
+    "record_attributes",
 ]
 
 
@@ -166,12 +167,30 @@ class MammoDataset:
             boxes=boxes,
             roi_mask=torch.from_numpy(mask),
             has_roi=bool(record.has_roi and mask.any()),
-            attributes=torch.from_numpy(
-                tabular_attributes(record.birads, record.density, record.cancer, record.findings)
-            ),
+            attributes=torch.from_numpy(record_attributes(record)),
             report=record.report,
             record=record,
         )
+
+
+def record_attributes(record: MammoRecord) -> np.ndarray:
+    """``[15]`` tabular vector of a record; the slots of a missing field are NaN.
+
+    BI-RADS (slots 0-4), density (5-8), cancer (9-10) and finding types (11-14) are the fields;
+    :func:`medvl_engine.losses.tabular_similarity` compares two rows over the fields both have.
+    """
+    vector = tabular_attributes(
+        record.birads or 1, record.density or "A", bool(record.cancer), record.findings or []
+    )
+    for present, slots in (
+        (record.birads is not None, slice(0, 5)),
+        (record.density is not None, slice(5, 9)),
+        (record.cancer is not None, slice(9, 11)),
+        (record.findings is not None, slice(11, 15)),
+    ):
+        if not present:
+            vector[slots] = np.nan
+    return vector
 
 
 def collate_breasts(samples: list[BreastSample]) -> dict[str, Any]:
