@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -274,7 +275,7 @@ class TopKSigLIPTask:
         if config.manifest:
             contents = read_mammo_manifest_contents(config.manifest)
             self.skipped_birads_0_6 = contents.skipped_birads_0_6
-            if contents.skipped_birads_0_6:
+            if contents.skipped_birads_0_6 and os.environ.get("RANK", "0") == "0":
                 print(
                     f"manifest {config.manifest}: {contents.skipped_birads_0_6} rows with BI-RADS "
                     "0 or 6 skipped (excluded as in the paper)."
