@@ -62,6 +62,7 @@ class RunConfig:
     select_metric: str | None = None  # evaluate() key that picks the best epoch
     select_mode: Literal["max", "min"] = "max"
     ddp_find_unused_parameters: bool = False
+    dist_timeout_minutes: float = 120.0  # how long a collective waits for the slowest rank
 
     def __post_init__(self) -> None:
         positive = {
@@ -79,6 +80,11 @@ class RunConfig:
         if self.max_bad_steps < 0 or self.warmup_steps < 0 or self.ckpt_every < 0:
             raise ConfigError(
                 "run.max_bad_steps, run.warmup_steps and run.ckpt_every must be >= 0."
+            )
+        if self.dist_timeout_minutes <= 0:
+            raise ConfigError(
+                f"run.dist_timeout_minutes must be positive, got {self.dist_timeout_minutes}; "
+                "set e.g. run.dist_timeout_minutes=120."
             )
 
 

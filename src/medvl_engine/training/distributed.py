@@ -1,14 +1,34 @@
-"""Process-group set-up under torchrun (gloo on CPU, nccl on CUDA) and small helpers."""
+"""Process-group set-up under torchrun (gloo on CPU, nccl on CUDA) and small helpers.
+
+:func:`gather_with_grad` concatenates a batch tensor over ranks so that a loss scores
+every pair of the global batch (B per rank x W ranks gives (BW)^2 pairs), with gradients
+flowing back to the rank that owns each row; :func:`gather_objects` collects picklable
+evaluation results from every rank without a barrier.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "shard_indices", "barrier"]
+__all__ = [
+    "DistInfo",
+    "init_distributed",
+    "shutdown_distributed",
+    "shard_indices",
+    "barrier",
+    "gather_with_grad",
+    "gather_objects",
+    "world_size",
+    "DEFAULT_TIMEOUT_MINUTES",
+]
+
+DEFAULT_TIMEOUT_MINUTES = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +61,15 @@ def _pick_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(device: str = "auto") -> DistInfo:
+def init_distributed(
+    device: str = "auto", timeout_minutes: float = DEFAULT_TIMEOUT_MINUTES
+) -> DistInfo:
     """Join the process group torchrun describes (env WORLD_SIZE > 1), else run alone.
 
-    Backend: nccl when the device is CUDA, gloo otherwise. Safe to call when a group
-    already exists (it is reused and not destroyed by :func:`shutdown_distributed`).
+    Backend: nccl when the device is CUDA, gloo otherwise. ``timeout_minutes`` is how long
+    a collective waits for the slowest rank before the run fails (NCCL's own default is
+    10 minutes). Safe to call when a group already exists (it is reused and not destroyed
+    by :func:`shutdown_distributed`).
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -56,7 +80,12 @@ def init_distributed(device: str = "auto") -> DistInfo:
     initialised_here = False
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if chosen.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+        dist.init_process_group(
+            backend=backend,
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(minutes=timeout_minutes),
+        )
         initialised_here = True
     if dist.is_initialized():
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -86,3 +115,71 @@ def shard_indices(count: int, rank: int, world_size: int) -> list[int]:
     per_rank = -(-count // world_size)
     padded = [i % count for i in range(per_rank * world_size)]
     return padded[rank::world_size]
+
+
+def world_size() -> int:
+    """Ranks in the current process group (1 when no group is initialised)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """All-gather along dim 0 whose backward returns this rank's slice of the summed gradient.
+
+    Every rank computes the same global loss from the gathered tensor, so the gradient of a
+    row is the sum over ranks of that loss's gradient (an all-reduce), i.e. ``W`` times the
+    single-process gradient; DistributedDataParallel divides parameter gradients by ``W``,
+    so an optimiser step equals the single-process step on the full batch.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, local: torch.Tensor) -> torch.Tensor:
+        sizes = torch.tensor([local.shape[0]], dtype=torch.long, device=local.device)
+        all_sizes = [torch.zeros_like(sizes) for _ in range(dist.get_world_size())]
+        dist.all_gather(all_sizes, sizes)
+        counts = [int(size.item()) for size in all_sizes]
+        widest = max(counts)
+        padded = local.new_zeros((widest, *local.shape[1:]))
+        padded[: local.shape[0]] = local
+        pieces = [torch.empty_like(padded) for _ in counts]
+        dist.all_gather(pieces, padded.contiguous())
+        rank = dist.get_rank()
+        pieces[rank] = local  # this rank's rows exactly as given (no round trip)
+        ctx.counts, ctx.rank = counts, rank
+        rows = [piece[:count] for piece, count in zip(pieces, counts, strict=True)]
+        return torch.cat(rows, dim=0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        total = grad.contiguous().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        start = sum(ctx.counts[: ctx.rank])
+        return total[start : start + ctx.counts[ctx.rank]]
+
+
+def gather_with_grad(local: torch.Tensor) -> torch.Tensor:
+    """``local`` (``[B_r, ...]``) of every rank concatenated in rank order: ``[sum B_r, ...]``.
+
+    Returns ``local`` itself when running alone. Ranks may hold different batch sizes.
+    Gradients flow back to each rank's own rows (see :class:`_GatherWithGrad`); a tensor
+    that does not require a gradient (labels, tabular vectors) is gathered the same way.
+    Every rank must call this the same number of times in the same order.
+    """
+    if world_size() == 1:
+        return local
+    if not local.requires_grad:
+        with torch.no_grad():
+            return _GatherWithGrad.apply(local)
+    return _GatherWithGrad.apply(local)
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """``value`` of every rank in rank order (``[value]`` when running alone).
+
+    A collective, not a barrier: each rank blocks only until every rank has its result,
+    so ranks that evaluate their shard at the same pace never wait idle for one rank.
+    """
+    if world_size() == 1:
+        return [value]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered

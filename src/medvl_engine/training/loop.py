@@ -5,6 +5,12 @@ and clipping, a guard that skips steps with a non-finite loss or gradient, atomi
 checkpoints with exact resume (the metrics log is cut back to the checkpoint, so no step
 is logged twice), DistributedDataParallel under torchrun, JSONL metrics and a progress bar.
 The task contract is documented in :mod:`medvl_engine.training.task`.
+
+Evaluation: a task with ``evaluate_shard(model, rank, world_size) -> part`` (a picklable
+result of this rank's shard of the eval set) and ``merge_evaluation(parts) -> metrics``
+(``parts`` in rank order) is evaluated on every rank at once and its parts gathered with
+a collective, never a barrier; a task with only ``evaluate(model)`` is evaluated on rank 0
+while the others wait. Collectives time out after ``run.dist_timeout_minutes``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from medvl_engine.training.config import RunConfig
 from medvl_engine.training.distributed import (
     DistInfo,
     barrier,
+    gather_objects,
     init_distributed,
     shutdown_distributed,
 )
@@ -163,7 +170,7 @@ def train(task: Task, config: RunConfig) -> dict[str, Any]:
     ``best_value``, ``stopped_early``, ``out_dir``, ``checkpoint``.
     Raises :class:`TrainingDivergedError` after ``config.max_bad_steps`` skipped steps.
     """
-    info = init_distributed(config.device)
+    info = init_distributed(config.device, config.dist_timeout_minutes)
     try:
         return _train(task, config, info)
     finally:
@@ -254,17 +261,34 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
             )
         barrier(info)
 
+    sharded_eval = hasattr(task, "evaluate_shard") and hasattr(task, "merge_evaluation")
+
+    def evaluate_metrics() -> dict[str, float] | None:
+        """This evaluation's metrics: every rank scores its shard when the task can split
+        its evaluation (results gathered, no barrier), else rank 0 alone (others get None)."""
+        if not sharded_eval and not info.is_main:
+            return None
+        saved_rng = capture_rng_state()
+        inner = unwrap_model(train_model)
+        inner.eval()
+        with torch.no_grad(), _autocast(config, device):
+            if sharded_eval:
+                part = task.evaluate_shard(inner, info.rank, info.world_size)
+            else:
+                metrics = {k: float(v) for k, v in task.evaluate(inner).items()}
+        inner.train()
+        restore_rng_state(saved_rng)
+        if sharded_eval:
+            parts = gather_objects(part)
+            metrics = {k: float(v) for k, v in task.merge_evaluation(parts).items()}
+        return metrics
+
     def run_evaluation(epoch: int) -> None:
         nonlocal last_eval_step
         last_eval_step = state.step
-        if info.is_main:
-            saved_rng = capture_rng_state()
+        metrics = evaluate_metrics()
+        if info.is_main and metrics is not None:
             inner = unwrap_model(train_model)
-            inner.eval()
-            with torch.no_grad(), _autocast(config, device):
-                metrics = {k: float(v) for k, v in task.evaluate(inner).items()}
-            inner.train()
-            restore_rng_state(saved_rng)
             record = {"epoch": epoch, "step": state.step, **metrics}
             evaluations.append(record)
             log.write({"event": "eval", **record})
@@ -281,7 +305,8 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
                 state.best_value, state.best_epoch = chosen, epoch
                 if hasattr(task, "save_pretrained"):
                     task.save_pretrained(inner, out_dir / "best")
-        barrier(info)
+        if not sharded_eval:
+            barrier(info)  # the other ranks waited here while rank 0 evaluated
 
     if rng_to_restore is not None:
         restore_rng_state(rng_to_restore)
