@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from medvl_engine.data.mammo_dataset import (
     disk_cached_loader,
     load_breast,
 )
-from medvl_engine.data.mammo_manifest import MammoRecord, read_mammo_manifest
+from medvl_engine.data.mammo_manifest import MammoRecord, read_mammo_manifest_contents
 from medvl_engine.data.mammo_reports import normalise_findings, parsed_report
 from medvl_engine.errors import ConfigError
 from medvl_engine.losses import (
@@ -59,6 +60,7 @@ __all__ = [
     "report",
     "shuffle_sentences",
     "soft_target_contrastive_loss",
+    "stratified_subset",
     "alignment_loss",
     "synthetic_records",
 ]
@@ -80,6 +82,21 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     batch_size: int = 32
     augment: bool = True
     eval_k: int | None = None  # patches at evaluation (default k)
+    # Zero-shot readouts repeated with these k in each evaluation (Tables 1-2: 15, 30, 45);
+    # values above grid * grid are left out with a note. [] for none.
+    eval_k_sweep: list[int] = dataclasses.field(default_factory=lambda: [15, 30, 45])
+    # Linear probe on frozen image embeddings in each evaluation: fitted on train_split, the
+    # iteration chosen on eval_split, reported on probe_split (the paper's schedule below).
+    linear_probe: bool = True
+    probe_split: str = "test"
+    probe_steps: int = 20_000
+    probe_lr: float = 4e-3
+    probe_weight_decay: float = 0.01
+    probe_batch_size: int = 32
+    probe_eval_every: int = 500
+    # Share of the training rows used (pretraining-size ablation): a seeded subset stratified
+    # by (cancer, BI-RADS); 1.0 keeps every row.
+    train_fraction: float = 1.0
     # ROI-supervised patch pretraining of the backbone before training (0: none); see
     # medvl_engine.training.lesion_pretrain. For towers without pretrained weights.
     lesion_pretrain_steps: int = 0
@@ -203,6 +220,32 @@ def synthetic_records(
     return records
 
 
+def stratified_subset(records: list[MammoRecord], fraction: float, seed: int) -> list[MammoRecord]:
+    """A seeded share ``fraction`` of ``records``, stratified by (cancer, BI-RADS).
+
+    ``max(1, round(fraction * n))`` rows are kept in all; each stratum (a missing label forms its
+    own) gets ``floor(fraction * n_s)`` of its ``n_s`` rows and the rest go one each to the
+    strata with the largest remainders. Rows are drawn with ``random.Random(seed)`` and stay in
+    manifest order.
+    """
+    strata: dict[tuple[Any, Any], list[int]] = {}
+    for index, record in enumerate(records):
+        strata.setdefault((record.cancer, record.birads), []).append(index)
+    keys = sorted(strata, key=repr)
+    quotas = {key: math.floor(fraction * len(strata[key])) for key in keys}
+    remaining = max(1, round(fraction * len(records))) - sum(quotas.values())
+    by_remainder = sorted(
+        keys, key=lambda key: fraction * len(strata[key]) - quotas[key], reverse=True
+    )
+    for key in by_remainder[: max(remaining, 0)]:
+        quotas[key] += 1
+    rng = random.Random(seed)
+    kept: list[int] = []
+    for key in keys:
+        kept.extend(rng.sample(strata[key], quotas[key]))
+    return [records[i] for i in sorted(kept)]
+
+
 def shuffle_sentences(report: str, rng: random.Random) -> str:
     """The report with its sentences (split after '.') in a random order."""
     sentences = [part.strip() for part in report.replace(". ", ".\n").splitlines() if part.strip()]
@@ -218,10 +261,21 @@ class TopKSigLIPTask:
     def __init__(self, config: TopKSigLIPTaskConfig, run_config: RunConfig) -> None:
         if config.k > config.grid * config.grid:
             raise ConfigError(f"task.k={config.k} exceeds the {config.grid}x{config.grid} grid.")
+        if not 0.0 < config.train_fraction <= 1.0:
+            raise ConfigError(
+                f"task.train_fraction={config.train_fraction} is outside (0, 1]; give the share "
+                "of training rows to keep, e.g. 0.33."
+            )
         self.config = config
         self.out_dir = Path(run_config.out_dir)
         self.geometry = config.geometry()
+        # Progress sink set before the data are read, so the skipped-row count is shown.
+        self.progress: Callable[[str], None] | None = None
+        self.skipped_birads_0_6 = 0  # manifest rows skipped (BI-RADS 0 or 6), all splits read
         train_records, eval_records = self._records()
+        self.train_rows_total = len(train_records)
+        if config.train_fraction < 1.0:
+            train_records = stratified_subset(train_records, config.train_fraction, config.seed)
         augment = MammoAugmentConfig() if config.augment else None
         loader = load_breast
         if not config.manifest:  # synthetic: keep decoded breasts beside the cohort
@@ -239,17 +293,24 @@ class TopKSigLIPTask:
             if eval_records
             else None
         )
+        self.probe_records = self._probe_records()
+        self._loader, self._in_memory = loader, in_memory
         self._tokenizer = None
         self.lesion_pretrain_loss: float | None = None  # mean of its last 20 steps
         self.last_metrics: dict[str, float] = {}
-        # Optional sink for one-line progress messages (batches drawn, evaluations).
-        self.progress: Callable[[str], None] | None = None
 
     def _records(self) -> tuple[list[MammoRecord], list[MammoRecord]]:
         config = self.config
         if config.manifest:
-            train = read_mammo_manifest(config.manifest, split=config.train_split)
-            evaluation = read_mammo_manifest(config.manifest, split=config.eval_split)
+            contents = read_mammo_manifest_contents(config.manifest)
+            self.skipped_birads_0_6 = contents.skipped_birads_0_6
+            if contents.skipped_birads_0_6 and os.environ.get("RANK", "0") == "0":
+                print(
+                    f"manifest {config.manifest}: {contents.skipped_birads_0_6} rows with BI-RADS "
+                    "0 or 6 skipped (excluded as in the paper)."
+                )
+            train = [r for r in contents.records if r.split == config.train_split]
+            evaluation = [r for r in contents.records if r.split == config.eval_split]
             return train, evaluation
         if config.synthetic_train <= 0:
             raise ConfigError(
@@ -265,6 +326,14 @@ class TopKSigLIPTask:
             folder / "eval", config.synthetic_eval, config.synthetic_seed + 1, "val", size
         )
         return train, evaluation
+
+    def _probe_records(self) -> list[MammoRecord]:
+        """Test rows of the linear probe (``probe_split`` of the manifest; none when synthetic)."""
+        config = self.config
+        if not (config.linear_probe and config.manifest):
+            return []
+        contents = read_mammo_manifest_contents(config.manifest, split=config.probe_split)
+        return contents.records
 
     def _synthetic_folder(self) -> Path:
         """Cohort folder; its name carries the view size, seed and generator version."""
@@ -386,11 +455,51 @@ class TopKSigLIPTask:
         }
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Zero-shot AUROCs (at ``eval_k`` and each k of ``eval_k_sweep``), localisation, and
+        the linear probe (test AUROCs, ``probe_auroc_*``) when a ``probe_split`` exists."""
         if self.eval_set is None:
             return {}
-        from medvl_engine.evaluation.mammography import evaluate_mammography
+        from medvl_engine.evaluation.mammography import (
+            collect_outputs,
+            linear_probe_metrics,
+            localisation_metrics,
+            zero_shot_k_sweep,
+            zero_shot_metrics,
+        )
 
-        self.last_metrics = evaluate_mammography(model, self.eval_set, k=self.config.eval_k)
+        config = self.config
+        outputs = collect_outputs(model, self.eval_set, k=config.eval_k)
+        metrics = zero_shot_metrics(model, outputs)
+        metrics.update(localisation_metrics(outputs, model.geometry))
+        cells = config.grid * config.grid
+        sweep = [int(k) for k in config.eval_k_sweep if int(k) <= cells]
+        left_out = [int(k) for k in config.eval_k_sweep if int(k) > cells]
+        if left_out and self.progress is not None:
+            self.progress(f"k sweep: k={left_out} left out (the grid has {cells} cells)")
+        metrics.update(zero_shot_k_sweep(model, self.eval_set, sweep))
+        if config.linear_probe and self.probe_records:
+            frozen = MammoDataset(
+                self.train_set.records, self.geometry, None, seed=config.seed, loader=self._loader
+            )
+            test = MammoDataset(
+                self.probe_records, self.geometry, None, seed=config.seed, loader=self._loader
+            )
+            metrics.update(
+                linear_probe_metrics(
+                    collect_outputs(model, frozen, k=config.eval_k),
+                    outputs,
+                    collect_outputs(model, test, k=config.eval_k),
+                    steps=config.probe_steps,
+                    lr=config.probe_lr,
+                    weight_decay=config.probe_weight_decay,
+                    batch_size=config.probe_batch_size,
+                    eval_every=config.probe_eval_every,
+                    seed=config.seed,
+                )
+            )
+        elif config.linear_probe and self.progress is not None:
+            self.progress(f"linear probe: no '{config.probe_split}' rows, left out")
+        self.last_metrics = metrics
         if self.progress is not None:
             shown = ("auroc_cancer", "auroc_findings_avg", "pointing_game")
             values = ", ".join(
@@ -414,7 +523,11 @@ def build_task(task_config: TopKSigLIPTaskConfig, run_config: RunConfig) -> TopK
 
 
 def report(task: TopKSigLIPTask, summary: dict[str, Any]) -> None:
-    """Print the last evaluation's zero-shot AUROCs and localisation metrics as a table."""
+    """Store the skipped-row and training-row counts in ``summary``; print the last
+    evaluation's metrics (zero-shot, k sweep, localisation, linear probe) as a table."""
+    summary["skipped_birads_0_6"] = task.skipped_birads_0_6
+    summary["train_rows"] = len(task.train_set)
+    summary["train_rows_total"] = task.train_rows_total
     metrics = task.last_metrics
     if not metrics:
         return
