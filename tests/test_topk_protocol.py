@@ -273,6 +273,7 @@ def test_train_fraction_keeps_a_stratified_share(tmp_path):
     assert task.train_rows_total == len(full.train_set) == 5
     kept = {r.exam_id + r.laterality for r in task.train_set.records}
     assert len(kept) == 2  # round(0.5 * 5)
+    assert len(task.probe_train_records) == 5  # the probe fits on the whole training split
     assert kept < {r.exam_id + r.laterality for r in full.train_set.records}
     with pytest.raises(ConfigError, match="train_fraction=0.0 is outside"):
         build_task(TopKSigLIPTaskConfig(**values, train_fraction=0.0), run)

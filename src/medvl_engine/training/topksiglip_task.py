@@ -95,7 +95,7 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     probe_batch_size: int = 32
     probe_eval_every: int = 500
     # Share of the training rows used (pretraining-size ablation): a seeded subset stratified
-    # by (cancer, BI-RADS); 1.0 keeps every row.
+    # by (cancer, BI-RADS); 1.0 keeps every row. The linear probe still fits on every row.
     train_fraction: float = 1.0
     # ROI-supervised patch pretraining of the backbone before training (0: none); see
     # medvl_engine.training.lesion_pretrain. For towers without pretrained weights.
@@ -274,6 +274,8 @@ class TopKSigLIPTask:
         self.skipped_birads_0_6 = 0  # manifest rows skipped (BI-RADS 0 or 6), all splits read
         train_records, eval_records = self._records()
         self.train_rows_total = len(train_records)
+        # The linear probe fits on the whole training split, whatever share pretraining uses.
+        self.probe_train_records = train_records
         if config.train_fraction < 1.0:
             train_records = stratified_subset(train_records, config.train_fraction, config.seed)
         augment = MammoAugmentConfig() if config.augment else None
@@ -479,7 +481,11 @@ class TopKSigLIPTask:
         metrics.update(zero_shot_k_sweep(model, self.eval_set, sweep))
         if config.linear_probe and self.probe_records:
             frozen = MammoDataset(
-                self.train_set.records, self.geometry, None, seed=config.seed, loader=self._loader
+                self.probe_train_records,
+                self.geometry,
+                None,
+                seed=config.seed,
+                loader=self._loader,
             )
             test = MammoDataset(
                 self.probe_records, self.geometry, None, seed=config.seed, loader=self._loader
