@@ -541,6 +541,6 @@ def report(task: TopKSigLIPTask, summary: dict[str, Any]) -> None:
     for key in sorted(metrics):
         value = metrics[key]
         shown = f"{value:.0f}" if key == "roi_cases" else f"{value:.3f}"
-        print(f"  {key:<34} {shown}")
+        print(f"  {key:<40} {shown}")
     if math.isfinite(summary.get("steps", float("nan"))):
-        print(f"  trained steps                      {summary['steps']}")
+        print(f"  {'trained steps':<40} {summary['steps']}")
