@@ -65,6 +65,7 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
         "lesion_pretrain_steps": 800,
         "lesion_pretrain_lr": 1.0e-3,
         "vision_lr_scale": 0.2,
+        "eval_k_sweep": [],
         "install_as": "topksiglip-demo",
     },
 }
