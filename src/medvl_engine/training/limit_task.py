@@ -57,6 +57,12 @@ class LimitTaskConfig:
     max_text_length: int = 128
     vision_encoder: str = "medvl-demo"  # the frozen encoder that made the features
     projection_dim: int | None = None  # None: add a projection only if widths differ
+    # Initial map of a new projection: random, or least squares from stores of the same
+    # patches embedded in the tower's space (source) and the features' space (target).
+    bridge_init: Literal["random", "least_squares"] = "random"
+    bridge_source_features: list[str] | None = None  # e.g. CONCH v1 image embeddings [N, 512]
+    bridge_target_features: list[str] | None = None  # e.g. CONCH v1.5 features [N, 768]
+    bridge_ridge: float = 1e-4
     tau_attn: float = 0.05
     tau_nce: float = 0.07
     loss: Literal["weighted_infonce", "infonce", "siglit"] = "weighted_infonce"
@@ -172,24 +178,50 @@ def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> 
     return TextTower(backbone, tokenizer, pooling=pooling, max_length=max_length).train()
 
 
-def _projection_to(tower: nn.Module, width: int) -> nn.Linear:
+def _projection_to(tower: nn.Module, width: int, bridge: torch.Tensor | None = None) -> nn.Linear:
     """A linear map from the tower's pooled output to ``width`` (the vision dim).
 
     Without a projection: a new ``Linear(E, width)``. With one to a different width
     (e.g. CONCH v1 text 512 -> CONCH v1.5 patch features 768): a new ``Linear(512, width)``
     composed with it into one layer, ``W = W_new W_old``, ``b = W_new b_old``, so the
-    initial tower equals "old projection, then new linear map".
+    initial tower equals "old projection, then new linear map". ``bridge`` ``[512, width]``
+    (from :mod:`medvl_engine.training._bridge`) sets ``W_new = bridge^T`` instead of a
+    random init.
     """
     old = tower.projection
+    source_dim = int(tower.text.config.hidden_size) if old is None else old.out_features
+    extra = nn.Linear(source_dim, width, bias=False)
+    if bridge is not None:
+        if tuple(bridge.shape) != (source_dim, width):
+            raise ConfigError(
+                f"the bridge map has shape {tuple(bridge.shape)} but the text tower needs "
+                f"({source_dim}, {width}); give stores of the tower's own embeddings "
+                "(task.bridge_source_features) and of the training features "
+                "(task.bridge_target_features)."
+            )
+        with torch.no_grad():
+            extra.weight.copy_(bridge.T)
     if old is None:
-        return nn.Linear(int(tower.text.config.hidden_size), width, bias=False)
-    extra = nn.Linear(old.out_features, width, bias=False)
+        return extra
     merged = nn.Linear(old.in_features, width, bias=old.bias is not None)
     with torch.no_grad():
         merged.weight.copy_(extra.weight @ old.weight)
         if old.bias is not None:
             merged.bias.copy_(extra.weight @ old.bias)
     return merged
+
+
+def _bridge_map(config: LimitTaskConfig) -> torch.Tensor | None:
+    """The least-squares bridge ``task.bridge_init`` asks for, or None for a random map."""
+    if config.bridge_init == "random":
+        return None
+    from medvl_engine.training._bridge import bridge_from_stores
+
+    return bridge_from_stores(
+        config.bridge_source_features or [],
+        config.bridge_target_features or [],
+        config.bridge_ridge,
+    )
 
 
 def _report_filter(spec: str) -> Callable[[str], str] | None:
@@ -288,7 +320,12 @@ class LimitTask:
                 "the projection must map text to the vision dim."
             )
         if tower.output_dim != target:
-            tower.projection = _projection_to(tower, target)
+            tower.projection = _projection_to(tower, target, _bridge_map(config))
+        elif config.bridge_init != "random":
+            raise ConfigError(
+                f"task.bridge_init={config.bridge_init} maps the text tower to the features, "
+                f"but both are already {target} wide; set task.bridge_init=random."
+            )
         if tower.pooling != "pooler" and hasattr(tower.text, "pooler") and tower.text.pooler:
             tower.text.pooler.requires_grad_(False)  # unused by mean/cls pooling
         model = LimitModel(tower, config.tau_attn, True, config.vision_encoder)

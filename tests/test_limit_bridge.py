@@ -1,0 +1,117 @@
+"""The least-squares Conch-Z bridge: the untuned CONCH text tower already classifies v1.5
+features when its 512 -> 768 map is fitted on patches embedded by both encoders."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from _conch_helpers import EMBED_DIM, V15_DIM, install_fake_conch, write_conch_checkpoint
+from _limit_helpers import write_feature_store
+from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.training._bridge import bridge_from_stores, fit_bridge
+from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig, load_text_tower
+
+CLASSES = ["invasive carcinoma", "adipose tissue", "fibrous stroma", "necrosis", "lymphocytes"]
+
+
+def test_fit_bridge_recovers_a_linear_map():
+    generator = torch.Generator().manual_seed(0)
+    source = torch.randn(400, 16, generator=generator)
+    mapping = torch.randn(16, 24, generator=generator)
+    fitted = fit_bridge(source, source @ mapping + 0.01 * torch.randn(400, 24, generator=generator))
+    assert fitted.shape == (16, 24)
+    assert torch.allclose(fitted, mapping, atol=0.01)
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """Five classes whose CONCH v1 image embeddings sit at the tower's prompt embeddings;
+    v1.5 features are ``X1 A + noise`` for a random ``A [512, 768]``."""
+    install_fake_conch(monkeypatch)
+    write_conch_checkpoint(tmp_path / "CONCH")
+    with torch.no_grad():
+        prompts = load_text_tower(str(tmp_path / "CONCH")).eval().encode(CLASSES).double()
+    prompts = prompts - prompts.mean(0)  # the classes differ by these directions
+    rng = np.random.default_rng(0)
+    mapping = rng.normal(size=(EMBED_DIM, V15_DIM)) / EMBED_DIM**0.5
+    spread = float(prompts.norm(dim=1).mean())
+
+    def patches(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        labels = rng.integers(0, len(CLASSES), size=count)
+        noise = rng.normal(size=(count, EMBED_DIM)) * 0.5 * spread / EMBED_DIM**0.5
+        v1 = prompts.numpy()[labels] + noise
+        v15 = v1 @ mapping + 0.05 * spread * rng.normal(size=(count, V15_DIM)) / V15_DIM**0.5
+        return labels, v1, v15
+
+    sources, targets, rows = [], [], []
+    for index in range(3):
+        _, v1, v15 = patches(300)
+        sources.append(str(write_feature_store(tmp_path / f"v1_{index}.zarr", v1)))
+        targets.append(str(write_feature_store(tmp_path / f"v15_{index}.zarr", v15)))
+        rows.append(
+            {
+                "slide_id": f"s{index}",
+                "organ": "breast",
+                "report": f"Sections show {CLASSES[index]}.",
+                "features": f"v15_{index}.zarr",
+                "split": "train",
+            }
+        )
+    (tmp_path / "manifest.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    labels, _, test_features = patches(500)
+    return tmp_path, sources, targets, labels, torch.from_numpy(test_features).float()
+
+
+def _zero_shot_accuracy(root, labels, features, **overrides) -> float:
+    config = LimitTaskConfig(
+        manifest=str(root / "manifest.jsonl"),
+        text_model=str(root / "CONCH"),
+        vision_encoder="conch-v1.5",
+        num_negatives=1,
+        val_fraction=0.0,
+        report_filter="none",
+        **overrides,
+    )
+    model = LimitTask(config).build_model()
+    with torch.no_grad():
+        text = torch.nn.functional.normalize(model.text_tower.eval().encode(CLASSES), dim=-1)
+    predicted = (torch.nn.functional.normalize(features, dim=-1) @ text.T).argmax(1)
+    return float((predicted.numpy() == labels).mean())
+
+
+def test_least_squares_bridge_puts_the_untuned_tower_in_the_feature_space(toy):
+    root, sources, targets, labels, features = toy
+    bridged = _zero_shot_accuracy(
+        root,
+        labels,
+        features,
+        bridge_init="least_squares",
+        bridge_source_features=sources,
+        bridge_target_features=targets,
+    )
+    torch.manual_seed(0)
+    random = _zero_shot_accuracy(root, labels, features)
+    assert bridged > 0.8
+    assert random < 0.45  # chance is 0.2
+
+
+def test_bridge_store_errors_name_the_problem(toy):
+    root, sources, targets, _, _ = toy
+    with pytest.raises(ConfigError, match="same number"):
+        bridge_from_stores(sources, targets[:2])
+    short = write_feature_store(root / "short.zarr", np.zeros((7, V15_DIM)))
+    with pytest.raises(DataError, match="has 300 patches but .*short.zarr has 7; extract both"):
+        bridge_from_stores(sources[:1], [str(short)])
+    with pytest.raises(ConfigError, match="bridge map has shape \\(768, 768\\)"):
+        _zero_shot_accuracy(
+            root,
+            np.zeros(1),
+            torch.zeros(1, V15_DIM),
+            bridge_init="least_squares",
+            bridge_source_features=targets,
+            bridge_target_features=targets,
+        )
