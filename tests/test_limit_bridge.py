@@ -115,3 +115,82 @@ def test_bridge_store_errors_name_the_problem(toy):
             bridge_source_features=targets,
             bridge_target_features=targets,
         )
+
+
+def test_conchz_recipe_takes_the_bridge_options():
+    from pathlib import Path
+
+    from medvl_engine.training.config import load_config
+
+    recipe = Path(__file__).resolve().parents[1] / "train" / "limit_conchz.yaml"
+    _, config = load_config(recipe, [], LimitTaskConfig)
+    assert config.bridge_init == "random" and config.bridge_source_features is None
+    overrides = [
+        "task.bridge_init=least_squares",
+        "task.bridge_source_features=[a_v1.zarr,b_v1.zarr]",
+        "task.bridge_target_features=[a_v15.zarr,b_v15.zarr]",
+    ]
+    _, config = load_config(recipe, overrides, LimitTaskConfig)
+    assert config.bridge_init == "least_squares"
+    assert config.bridge_source_features == ["a_v1.zarr", "b_v1.zarr"]
+    assert config.bridge_target_features == ["a_v15.zarr", "b_v15.zarr"]
+
+
+def test_lora_tunes_the_conch_text_tower_and_saves_plain_weights(toy, tmp_path):
+    from medvl_engine.models._lora import LORA_TARGETS
+    from medvl_engine.training import RunConfig, train
+
+    root = toy[0]
+    config = LimitTaskConfig(
+        manifest=str(root / "manifest.jsonl"),
+        text_model=str(root / "CONCH"),
+        vision_encoder="conch-v1.5",
+        num_negatives=1,
+        val_fraction=0.0,
+        report_filter="none",
+        eval_bootstrap=0,
+        finetune="lora",
+        lora_rank=4,
+    )
+    run = RunConfig(lr=1e-2, epochs=1, max_steps=2, out_dir=str(tmp_path / "run"), progress=False)
+    task = LimitTask(config, run)
+    model = task.build_model()
+    tower = model.text_tower
+    assert LORA_TARGETS["medvl-conch-text"] == ["linear1", "linear2"]  # out_proj would not run
+    trainable = [name for name, p in tower.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name or name.startswith("projection") for name in trainable)
+    assert sum("lora_B" in name for name in trainable) == 2 * 2  # two layers per block, 2 blocks
+    before = tower.train().encode(CLASSES[:2]).detach()
+    with torch.no_grad():
+        for name, parameter in tower.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.05)
+    assert not torch.allclose(tower.encode(CLASSES[:2]), before)  # the adapters run
+
+    summary = train(LimitTask(config, run), run)
+    assert summary["steps"] == 2 and np.isfinite(summary["losses"]).all()
+    saved = load_text_tower(str(tmp_path / "run" / "final"))
+    assert not any("lora_" in name for name, _ in saved.named_parameters())
+    assert saved.eval().encode(CLASSES).shape == (len(CLASSES), V15_DIM)
+
+
+def test_conch_lora_targets_skip_the_attention_output_layer():
+    """CONCH's blocks: nn.MultiheadAttention ``attn`` and an MLP of ``c_fc`` and ``c_proj``."""
+    from collections import OrderedDict
+
+    from torch import nn
+
+    from medvl_engine.encoders._conch_text import conch_lora_targets
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(8, 2)
+            self.mlp = nn.Sequential(
+                OrderedDict(c_fc=nn.Linear(8, 32), gelu=nn.GELU(), c_proj=nn.Linear(32, 8))
+            )
+
+    text = nn.Module()
+    text.transformer = nn.Module()
+    text.transformer.resblocks = nn.ModuleList([Block(), Block()])
+    assert conch_lora_targets(text) == ["c_fc", "c_proj"]

@@ -37,6 +37,7 @@ __all__ = [
     "CONCH_TEXT_MODEL_TYPE",
     "ConchTextConfig",
     "ConchTextModel",
+    "conch_lora_targets",
     "conch_text_tower",
     "register_conch_text",
 ]
@@ -109,6 +110,9 @@ class ConchTextModel(PreTrainedModel):
         )
         self.text.text_projection = None  # lives in TextTower.projection
         self.post_init()
+        from medvl_engine.models._lora import LORA_TARGETS
+
+        LORA_TARGETS[CONCH_TEXT_MODEL_TYPE] = conch_lora_targets(self.text)
 
     def _init_weights(self, module: nn.Module) -> None:
         """Weights come from CONCH's checkpoint; keep the TextTransformer's own init."""
@@ -131,6 +135,28 @@ class ConchTextModel(PreTrainedModel):
             ids = torch.cat([ids, padding], dim=1)
         pooled, tokens = self.text(ids)
         return BaseModelOutputWithPooling(last_hidden_state=tokens, pooler_output=pooled)
+
+
+def conch_lora_targets(text: nn.Module) -> list[str]:
+    """Names of the layers that ``task.finetune=lora`` adapts in a CONCH text transformer.
+
+    The ``nn.Linear`` layers of the residual blocks (CONCH: each block's MLP, ``c_fc`` and
+    ``c_proj``), except those inside ``nn.MultiheadAttention``: its forward reads
+    ``out_proj.weight`` directly, so an adapter there would never run.
+    """
+    inside_attention = {
+        id(module)
+        for attention in text.transformer.modules()
+        if isinstance(attention, nn.MultiheadAttention)
+        for module in attention.modules()
+    }
+    return sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in text.transformer.named_modules()
+            if isinstance(module, nn.Linear) and id(module) not in inside_attention
+        }
+    )
 
 
 def register_conch_text() -> None:
