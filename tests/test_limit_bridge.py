@@ -106,6 +106,8 @@ def test_bridge_store_errors_name_the_problem(toy):
     short = write_feature_store(root / "short.zarr", np.zeros((7, V15_DIM)))
     with pytest.raises(DataError, match="has 300 patches but .*short.zarr has 7; extract both"):
         bridge_from_stores(sources[:1], [str(short)])
+    with pytest.raises(DataError, match="768- and 768-wide features, unlike the first pair"):
+        bridge_from_stores(sources[:1] + targets[:1], targets[:2])
     with pytest.raises(ConfigError, match="bridge map has shape \\(768, 768\\)"):
         _zero_shot_accuracy(
             root,

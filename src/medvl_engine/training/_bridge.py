@@ -71,6 +71,17 @@ def bridge_from_stores(
                 f"{target.shape[0]}; extract both from the same patch grid.",
                 Path(target_path),
             )
+        if sources and (source.shape[1], target.shape[1]) != (
+            sources[0].shape[1],
+            targets[0].shape[1],
+        ):
+            raise DataError(
+                f"{source_path} and {target_path} hold {source.shape[1]}- and "
+                f"{target.shape[1]}-wide features, unlike the first pair "
+                f"({sources[0].shape[1]}, {targets[0].shape[1]}); give stores of the same "
+                "two encoders.",
+                Path(source_path),
+            )
         sources.append(source)
         targets.append(target)
     source, target = torch.cat(sources), torch.cat(targets)
