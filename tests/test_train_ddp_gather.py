@@ -26,6 +26,29 @@ OBJECTIVES = [("sigmoid", "tabular"), ("sigmoid", "identity"), ("contrastive", "
 OBJECTIVES.append(("contrastive", "tabular"))
 
 
+SPAWN_TIMEOUT_S = 240.0
+
+
+def _spawn_ranks(worker, args: tuple) -> None:
+    """Run ``worker(rank, *args)`` on WORLD processes; fail (not hang) past SPAWN_TIMEOUT_S."""
+    import time
+
+    context = mp.start_processes(worker, args=args, nprocs=WORLD, join=False)
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not context.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the {WORLD} ranks did not finish within {SPAWN_TIMEOUT_S} s")
+
+
+def _leave(result_path: Path, results: dict) -> None:
+    """Write a rank's results, then exit at once: a gloo process can stall in interpreter
+    shutdown after its work is done, which would keep the parent waiting."""
+    result_path.write_text(json.dumps(results))
+    os._exit(0)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -116,11 +139,11 @@ def _loss_worker(rank: int, port: int, result_dir: str) -> None:
         results["objects"] = gather_objects({"rank": rank})
     finally:
         torch.distributed.destroy_process_group()
-    Path(result_dir, f"rank{rank}.json").write_text(json.dumps(results))
+    _leave(Path(result_dir, f"rank{rank}.json"), results)
 
 
 def test_gathered_losses_and_gradients_equal_one_process_on_the_full_batch(tmp_path):
-    mp.spawn(_loss_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    _spawn_ranks(_loss_worker, (_free_port(), str(tmp_path)))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert ranks[0]["gathered_rows"] == [0.0, 0.0, 0.0, 1.0, 1.0]  # rank order, unequal sizes
     assert ranks[1]["objects"] == [{"rank": 0}, {"rank": 1}]
@@ -190,25 +213,16 @@ def _eval_worker(rank: int, port: int, out_dir: str, result_dir: str) -> None:
     )
     task = ShardedToyTask(ToyConfig(dropout=0.0))
     summary = train(task, config)
-    Path(result_dir, f"rank{rank}.json").write_text(
-        json.dumps(
-            {
-                "evaluations": summary["evaluations"],
-                "shard_ranks": task.shard_ranks,
-            }
-        )
+    _leave(
+        Path(result_dir, f"rank{rank}.json"),
+        {"evaluations": summary["evaluations"], "shard_ranks": task.shard_ranks},
     )
 
 
 def test_evaluation_on_both_ranks_equals_the_single_process_metric(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    mp.spawn(
-        _eval_worker,
-        args=(_free_port(), str(tmp_path / "ddp"), str(results)),
-        nprocs=WORLD,
-        join=True,
-    )
+    _spawn_ranks(_eval_worker, (_free_port(), str(tmp_path / "ddp"), str(results)))
     rank0 = json.loads((results / "rank0.json").read_text())
     rank1 = json.loads((results / "rank1.json").read_text())
     assert rank0["shard_ranks"] == rank1["shard_ranks"] == [0, 1]  # both ranks evaluated
