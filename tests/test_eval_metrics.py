@@ -13,6 +13,7 @@ from medvl_engine.evaluation import (
     auroc,
     average_precision,
     balanced_accuracy,
+    bootstrap_interval,
     bootstrap_std,
     macro_auroc,
     pointing_game,
@@ -74,6 +75,51 @@ def test_bootstrap_std_is_zero_for_constant_and_matches_manual_resampling():
     got = bootstrap_std(balanced_accuracy, labels, predictions, trials=200, seed=7)
     assert got == pytest.approx(expected) and 0.05 < got < 0.3
     assert math.isnan(bootstrap_std(auroc, [1, 1], [0.1, 0.2], trials=10))
+
+
+def test_bootstrap_interval_matches_manual_percentile_resampling():
+    labels = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0, 1])
+    scores = np.array([0.9, 0.2, 0.4, 0.8, 0.5, 0.1, 0.7, 0.6, 0.3, 0.35, 0.05, 0.95])
+    point, low, high, std = bootstrap_interval(auroc, labels, scores, n_resamples=300, seed=3)
+    rng = np.random.default_rng(3)
+    manual = []
+    for _ in range(300):
+        rows = rng.integers(0, len(labels), size=len(labels))
+        if labels[rows].all() or not labels[rows].any():
+            continue  # one class only: AUROC undefined, skipped like the helper does
+        manual.append(auroc(labels[rows], scores[rows]))
+    assert point == pytest.approx(auroc(labels, scores))
+    assert low == pytest.approx(np.quantile(manual, 0.025))
+    assert high == pytest.approx(np.quantile(manual, 0.975))
+    assert std == pytest.approx(np.std(manual))
+    assert low < point < high and 0.0 < std < 0.3
+    # a narrower level gives a narrower interval from the same resamples
+    _, low_80, high_80, _ = bootstrap_interval(
+        auroc, labels, scores, n_resamples=300, seed=3, level=0.8
+    )
+    assert low <= low_80 < high_80 <= high
+
+
+def test_bootstrap_interval_is_seeded_and_degenerate_cases_are_explicit():
+    labels = np.array([0, 1, 0, 1, 1, 0])
+    predictions = np.array([0, 1, 1, 1, 0, 0])
+    first = bootstrap_interval(balanced_accuracy, labels, predictions, n_resamples=100, seed=5)
+    again = bootstrap_interval(balanced_accuracy, labels, predictions, n_resamples=100, seed=5)
+    other = bootstrap_interval(balanced_accuracy, labels, predictions, n_resamples=100, seed=6)
+    assert first == again and first != other
+    assert bootstrap_interval(balanced_accuracy, [1, 1, 0], [1, 1, 0], n_resamples=20) == (
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+    )
+    # no defined resample: the point stands, the interval and std are NaN (never a guess)
+    point, low, high, std = bootstrap_interval(auroc, [1, 0], [0.9, 0.1], n_resamples=0)
+    assert point == 1.0 and all(math.isnan(v) for v in (low, high, std))
+    with pytest.raises(ValueError, match="same length"):
+        bootstrap_interval(auroc, [1, 0, 1], [0.2, 0.3])
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_interval(auroc, [1, 0], [0.2, 0.3], level=1.5)
 
 
 def test_pointing_game_uses_argmax_and_half_open_boxes():

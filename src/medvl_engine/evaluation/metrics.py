@@ -15,6 +15,7 @@ __all__ = [
     "macro_auroc",
     "average_precision",
     "balanced_accuracy",
+    "bootstrap_interval",
     "bootstrap_std",
     "pointing_game",
     "pointing_game_rate",
@@ -110,6 +111,48 @@ def bootstrap_std(
         except ValueError:
             continue
     return float(np.std(values)) if values else float("nan")
+
+
+def bootstrap_interval(
+    metric: Callable[..., float],
+    *arrays: np.ndarray,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float, float, float]:
+    """``(point, low, high, std)`` of ``metric(*arrays)`` by the percentile bootstrap.
+
+    ``point = metric(*arrays)``; ``n_resamples`` resamples draw ``n`` rows (cases) with
+    replacement from ``numpy.random.default_rng(seed)``, the same rows from every array
+    (arrays ``[n, ...]``). ``low`` / ``high`` are the ``(1 - level) / 2`` and
+    ``(1 + level) / 2`` quantiles of the resampled values (linear interpolation) and ``std``
+    their standard deviation. Resamples on which the metric is undefined (``ValueError``, e.g.
+    one class only for AUROC) are skipped; the interval and std are NaN when none is defined.
+    Raises ValueError when the arrays differ in length, are empty, or ``level`` is not in (0, 1).
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if not arrays:
+        raise ValueError("bootstrap_interval needs at least one array")
+    columns = [np.asarray(a) for a in arrays]
+    count = len(columns[0])
+    if any(len(c) != count for c in columns):
+        raise ValueError("bootstrap arrays must have the same length")
+    if count == 0:
+        raise ValueError("bootstrap of an empty set is undefined")
+    point = float(metric(*columns))
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(n_resamples):
+        rows = rng.integers(0, count, size=count)
+        try:
+            values.append(float(metric(*(c[rows] for c in columns))))
+        except ValueError:
+            continue
+    if not values:
+        return point, float("nan"), float("nan"), float("nan")
+    low, high = np.quantile(values, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return point, float(low), float(high), float(np.std(values))
 
 
 def pointing_game(heatmap: np.ndarray, boxes: Sequence[Sequence[float]] | np.ndarray) -> bool:
