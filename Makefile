@@ -6,7 +6,7 @@ STAMP := $(VENV)/.medvl-installed
 DEV_STAMP := $(VENV)/.medvl-dev-installed
 TORCH_CPU := torch==2.13.0
 
-.PHONY: demo test lint bench clean install
+.PHONY: demo demo-models test lint bench clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	tools/with_display.sh --optional $(VENV)/bin/napari-medvl-demo --out demo-output
+
+# Rebuild both shipped demo models (synthetic data, not for diagnosis) from their recipes.
+demo-models: $(STAMP)
+	$(PY) -m medvl_engine.demo_models all
 
 test: $(DEV_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 tools/with_display.sh $(PY) -m pytest -q
