@@ -58,16 +58,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--k must be at least 1, got {args.k}.")
 
     from medvl_engine._atomic import atomic_group
-    from medvl_engine.io.mammo import breast_image, open_mammogram
+    from medvl_engine.io.mammo import breast_image, check_pair, open_mammogram
     from medvl_engine.models import write_topk_outputs
     from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
 
+    cc = open_mammogram(args.cc, voi_index=args.voi_index)
+    mlo = open_mammogram(args.mlo, voi_index=args.voi_index)
+    check_pair(cc, mlo)  # before the model loads: a wrong pair is refused at once
     model = load_topksiglip(args.model, device=args.device)
     grid = model.geometry.num_candidates
     if args.k > grid:
         raise ConfigError(f"--k {args.k} exceeds the model's {grid} candidate patches.")
-    cc = open_mammogram(args.cc, voi_index=args.voi_index)
-    mlo = open_mammogram(args.mlo, voi_index=args.voi_index)
     side = model.config.image_size
     breast = breast_image(cc, mlo, size=(side, side // 2))
     result = predict_topk(model, breast, k=args.k)

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from medvl_engine.errors import MedVLError
+from medvl_engine.io._mammo_pairing import check_pair
 
 if TYPE_CHECKING:
     from medvl_engine.io._mammogram import Mammogram
 
-__all__ = ["BreastImage", "ViewPlacement", "breast_image", "breast_mask"]
+__all__ = ["BreastImage", "ViewPlacement", "breast_image", "breast_mask", "chest_wall_side"]
 
 VIEWS = ("CC", "MLO")
 _MASK_MAX_PX = 512
@@ -219,17 +220,15 @@ def breast_image(cc: Mammogram, mlo: Mammogram, size: tuple[int, int] = (1536, 7
     """Stack the CC view over the MLO view of one breast: image float32 [2 h, w].
 
     ``size`` is (w, h) of each view's slot (the paper's 1536 x 768, giving a
-    1536 x 1536 input). See the module docstring for crop, flip and rotation.
+    1536 x 1536 input). See the module docstring for crop, flip and rotation. The pair is
+    checked first (:func:`medvl_engine.io._mammo_pairing.check_pair`): views of different
+    patients, studies or breasts, or two views of the same kind, are refused.
     """
     slot_w, slot_h = (int(v) for v in size)
     if slot_w < 2 or slot_h < 2:
         raise MedVLError(f"breast image size {size} is too small; give (width, height) >= 2.")
+    check_pair(cc, mlo)
     laterality = cc.laterality or mlo.laterality
-    if cc.laterality and mlo.laterality and cc.laterality != mlo.laterality:
-        raise MedVLError(
-            f"{cc.path.name} ({cc.laterality}) and {mlo.path.name} ({mlo.laterality}) are "
-            "different breasts; pair the CC and MLO views of the same side."
-        )
     image = np.zeros((2 * slot_h, slot_w), np.float32)
     placements = {}
     for index, (view, mammogram) in enumerate((("CC", cc), ("MLO", mlo))):
@@ -245,3 +244,19 @@ def breast_image(cc: Mammogram, mlo: Mammogram, size: tuple[int, int] = (1536, 7
     return BreastImage(
         image=image, size=(slot_w, slot_h), placements=placements, laterality=laterality
     )
+
+
+def chest_wall_side(pixels: np.ndarray, laterality: str | None = None) -> str:
+    """'left' or 'right': the image edge the chest wall lies along in a view [H, W].
+
+    The same rule ``breast_image`` flips by (the side of the breast's bounding box holding
+    more tissue, laterality deciding a near tie: right breasts -> 'right'), on the
+    downsampled breast mask only, so it is cheap enough to hang views by.
+    """
+    coarse, _, threshold = breast_mask(np.asarray(pixels, np.float32))
+    if threshold is not None:
+        rows = np.flatnonzero(coarse.any(axis=1))
+        cols = np.flatnonzero(coarse.any(axis=0))
+        if rows.size and cols.size:
+            coarse = coarse[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+    return "right" if _chest_wall_on_right(coarse, laterality) else "left"

@@ -51,6 +51,7 @@ PRIVATE_DICOM_KEYWORDS = (
     "InstitutionName",
     "ReferringPhysicianName",
     "StudyID",
+    "StudyInstanceUID",
 )
 """DICOM attributes that identify a patient; kept apart and shown only on request."""
 

@@ -23,8 +23,9 @@ from medvl_engine.errors import (
     UnsupportedFormatError,
 )
 from medvl_engine.io import _voi
-from medvl_engine.io._breast import BreastImage, breast_image
+from medvl_engine.io._breast import BreastImage, breast_image, chest_wall_side
 from medvl_engine.io._limits import check_decode_size
+from medvl_engine.io._mammo_pairing import PairMismatchError, check_pair, view_family
 from medvl_engine.io._mammogram import (
     MAMMOGRAM_SUFFIXES,
     VIEW_NAMES,
@@ -37,7 +38,11 @@ from medvl_engine.io._tiff_ifds import check_ifd_chain
 __all__ = [
     "BreastImage",
     "Mammogram",
+    "PairMismatchError",
     "breast_image",
+    "check_pair",
+    "chest_wall_side",
+    "view_family",
     "open_mammogram",
     "parse_file_name",
     "MAMMOGRAM_SUFFIXES",
