@@ -49,7 +49,10 @@ def test_yaml_and_overrides_are_merged_and_typed(tmp_path):
         ("lr", "is not key=value"),
         ("model.lr=1", "unknown section 'model'"),
         ("run.progress=3", "run.progress must be bool"),
-        ("run.epochs=0", "run.epochs must be at least 1"),
+        ("run.epochs=-1", "run.epochs must be at least 0"),
+        ("run.seeds=[0,0]", "run.seeds must list distinct seeds"),
+        ("run.seeds=[]", "run.seeds must list distinct seeds"),
+        ("run.seeds=[0,a]", r"run.seeds must be list\[int\] \| None, got \[0, 'a'\]"),
     ],
 )
 def test_bad_overrides_raise_config_error_naming_the_field(override, message):

@@ -1,7 +1,14 @@
-"""`medvl-train`: train a registered task with the shared loop.
+"""`medvl-train`: train a registered task with the shared loop, or run one of its actions.
 
     medvl-train limit --config train/limit_demo.yaml [key=value ...]
+    medvl-train topksiglip eval --config train/topksiglip_demo.yaml run.seeds=[0,1,2]
     torchrun --nproc_per_node 2 -m medvl_engine.cli.train limit --config FILE
+
+``medvl-train TASK [ACTION] --config FILE [key=value ...]``: ACTION defaults to ``train``.
+A task module may define ``ACTIONS: dict[str, Callable[[RunConfig, TaskConfig], int]]``;
+an action prints its own report and returns the exit status (e.g. ``eval``, which scores
+saved models on the test split). With ``run.seeds=[s1, s2, ...]``, ``train`` runs once per
+seed into ``<run.out_dir>/seed-<s>`` (see :mod:`medvl_engine.training._seeds`).
 
 Tasks are looked up by name in :mod:`medvl_engine.training.registry` and imported
 only when chosen. Errors a user can fix print one sentence and exit with status 2.
@@ -12,15 +19,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
 
 from medvl_engine._termination import Terminated, stop_signals_raise
 from medvl_engine.cli._console import command_session, report_error, report_stop
-from medvl_engine.errors import MedVLError
+from medvl_engine.errors import ConfigError, MedVLError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "split_action", "task_actions"]
 
 PROGRAM = "medvl-train"
+DEFAULT_ACTION = "train"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "overrides",
         nargs="*",
-        metavar="key=value",
-        help="override a setting, e.g. run.lr=1e-4 task.negatives=2 (types are checked)",
+        metavar="[ACTION] key=value",
+        help=(
+            f"an optional action first (default {DEFAULT_ACTION!r}; 'eval' scores saved models "
+            "on the test split), then settings to override, e.g. run.lr=1e-4 task.negatives=2 "
+            "run.seeds=[0,1,2] (types are checked)"
+        ),
     )
     parser.add_argument(
         "--verbose",
@@ -67,20 +81,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
 
 
+def split_action(words: Sequence[str]) -> tuple[str, list[str]]:
+    """``(action, overrides)`` from the positional words after the task name: the first word
+    is the action when it holds no ``=`` (``train`` when absent)."""
+    words = list(words)
+    if words and "=" not in words[0]:
+        return words[0], words[1:]
+    return DEFAULT_ACTION, words
+
+
+def task_actions(module: ModuleType) -> dict[str, Callable[..., int]]:
+    """The actions of a task module: ``train`` plus the module's ``ACTIONS``."""
+    actions: dict[str, Callable[..., int]] = {DEFAULT_ACTION: _train_action(module)}
+    for name, action in (getattr(module, "ACTIONS", None) or {}).items():
+        if name != DEFAULT_ACTION:
+            actions[name] = action
+    return actions
+
+
+def _train_action(module: ModuleType) -> Callable[..., int]:
+    def train_runs(run_config: Any, task_config: Any) -> int:
+        """Train once, or once per seed of ``run.seeds`` (one process group for all)."""
+        from medvl_engine.training import train
+        from medvl_engine.training._seeds import seed_runs
+        from medvl_engine.training.distributed import init_distributed, shutdown_distributed
+
+        runs = seed_runs(run_config, task_config)
+        info = init_distributed(run_config.device, run_config.dist_timeout_minutes)
+        try:
+            for run in runs:
+                if run.seed is not None and info.is_main:
+                    print(f"seed {run.seed}: training into {run.run_config.out_dir}", flush=True)
+                task = module.build_task(run.task_config, run.run_config)
+                summary = train(task, run.run_config)
+                if summary.get("rank", 0) == 0:
+                    report = getattr(module, "report", None)
+                    if callable(report):
+                        report(task, summary)
+                    if run.seed is not None:
+                        summary["seed"] = run.seed
+                    _print_summary(summary)
+        finally:
+            shutdown_distributed(info)
+        return 0
+
+    return train_runs
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
-        from medvl_engine.training import load_config, task_module, train
+        from medvl_engine.training import load_config, task_module
 
         module = task_module(args.task)
-        run_config, task_config = load_config(args.config, args.overrides, module.CONFIG_CLASS)
-        task = module.build_task(task_config, run_config)
-        summary = train(task, run_config)
-        if summary.get("rank", 0) == 0:
-            report = getattr(module, "report", None)
-            if callable(report):
-                report(task, summary)
-            _print_summary(summary)
-        return 0
+        action_name, overrides = split_action(args.overrides)
+        actions = task_actions(module)
+        if action_name not in actions:
+            raise ConfigError(
+                f"task {args.task!r} has no action {action_name!r}; choose one of "
+                f"{sorted(actions)} (or give settings as key=value)."
+            )
+        run_config, task_config = load_config(args.config, overrides, module.CONFIG_CLASS)
+        return int(actions[action_name](run_config, task_config))
     except MedVLError as error:
         if args.debug:
             raise

@@ -63,10 +63,19 @@ class RunConfig:
     select_mode: Literal["max", "min"] = "max"
     ddp_find_unused_parameters: bool = False
     dist_timeout_minutes: float = 120.0  # how long a collective waits for the slowest rank
+    seeds: list[int] | None = None  # one run per seed into <out_dir>/seed-<s> (medvl-train)
 
     def __post_init__(self) -> None:
+        if self.epochs < 0:
+            raise ConfigError(
+                f"run.epochs must be at least 0 (0 evaluates without training), got {self.epochs}."
+            )
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
+            raise ConfigError(
+                f"run.seeds must list distinct seeds, got {self.seeds}; write e.g. "
+                "run.seeds=[0,1,2]."
+            )
         positive = {
-            "epochs": self.epochs,
             "grad_accum": self.grad_accum,
             "log_every": self.log_every,
         }

@@ -199,7 +199,7 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
     total_steps = sum(-(-n // config.grad_accum) for n in batches_per_epoch)
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
-    if total_steps == 0:
+    if total_steps == 0 and config.epochs > 0:  # epochs = 0: evaluate and save, no step
         raise DataError(f"task {task.name} has no training batches; check the training split.")
 
     def schedule(step: int) -> float:
