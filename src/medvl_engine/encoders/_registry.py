@@ -16,7 +16,7 @@ import torch
 
 from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._folder_checks import read_config, refuse_code
-from medvl_engine.errors import ModelNotFoundError, UnsafeModelError, UnsupportedFormatError
+from medvl_engine.errors import ModelNotFoundError, UnsupportedFormatError
 
 __all__ = ["RegistryEntry", "available_encoders", "load_encoder", "register_model_type"]
 
@@ -41,7 +41,8 @@ _ENTRIES: dict[str, RegistryEntry] = {
             "medvl-demo",
             "medvl-demo",
             None,
-            "offline demo: handcrafted H&E descriptors + MiniLM text tower (built on first use)",
+            "offline demo: handcrafted H&E descriptors + MiniLM text tower (shipped; "
+            "synthetic data, not for diagnosis)",
         ),
         RegistryEntry(
             "plip",
@@ -112,29 +113,10 @@ def load_encoder(
     name = str(name_or_path)
     entry = _ENTRIES.get(name)
     if entry is not None:
-        if entry.model_type == "medvl-demo":
-            from medvl_engine.encoders._demo import build_demo_model, demo_model_dir
+        if entry.model_type == "medvl-demo" and model_type in (None, "medvl-demo"):
+            from medvl_engine.encoders._demo import load_shipped_demo
 
-            folder = demo_model_dir()
-            if not (folder / "model.safetensors").is_file():
-                try:
-                    build_demo_model(folder)
-                except OSError as error:
-                    raise ModelNotFoundError(
-                        f"The demo model could not be built in {folder} "
-                        f"({error.strerror or error}); set MEDVL_CACHE to a writable folder.",
-                        folder,
-                    ) from error
-            try:
-                return _load_folder(folder, name, device, model_type or entry.model_type)
-            except ModelNotFoundError as error:
-                if isinstance(error, UnsafeModelError):
-                    raise
-                raise ModelNotFoundError(
-                    f"The demo model in {folder} is damaged or incomplete; delete that folder "
-                    "and medvl builds the demo model again on next use.",
-                    folder,
-                ) from error
+            return load_shipped_demo(name, device)
         folder = resolve_model_dir(entry.source or name, entry.how_to_get)
         return _load_folder(folder, name, device, model_type or entry.model_type)
     path = Path(name).expanduser()

@@ -273,6 +273,11 @@ def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> 
             "needed); give the folder written by medvl-train.",
             folder,
         )
+    if _is_referenced_demo(folder):  # the shipped demo: MiniLM by name plus its projection
+        from medvl_engine.encoders._demo import load_demo_folder
+
+        demo = load_demo_folder(folder, json.loads((folder / "config.json").read_text()), name="")
+        return LimitModel(demo.text_tower, 0.05, True, "medvl-demo").to(device)
     config = check_model_folder(folder, needs_tokenizer=True)
     if "text_config" not in config:
         raise ModelNotFoundError(
@@ -298,3 +303,11 @@ def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> 
         vision_encoder=str(vision),
     )
     return model.to(device)
+
+
+def _is_referenced_demo(folder: Path) -> bool:
+    """A "medvl-demo" folder whose text tower is the installed MiniLM (no text_config)."""
+    from medvl_engine.encoders._folder_checks import read_config
+
+    config = read_config(folder)
+    return config.get("model_type") == "medvl-demo" and "text_config" not in config
