@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,9 +75,10 @@ def test_one_training_step_saves_a_loadable_text_tower(cohort, tmp_path):
     assert terms["loss"].ndim == 0 and torch.isfinite(terms["loss"])
     summary = train(task, run)
     assert summary["steps"] == 2 and all(np.isfinite(summary["losses"]))
-    assert {"val_loss", "val_retrieval_top1", "test_balanced_accuracy"} <= set(
+    assert {"val_loss", "val_retrieval_top1", "val_balanced_accuracy"} <= set(
         summary["evaluations"][-1]
     )
+    assert not any(key.startswith("test") for key in summary["evaluations"][-1])
     tuned = load_limit_model(tmp_path / "run" / "final")
     assert tuned.embed_dim == 16 and tuned.tau_attn == pytest.approx(0.05)
     before = model.encode_texts(["invasive carcinoma"])
@@ -153,7 +155,8 @@ def test_cli_runs_with_overrides_and_reports_bad_ones(cohort, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "untuned" in printed and "top-100" in printed and '"steps": 1' in printed
     assert "over 3 templates x 5 cancer terms" in printed  # the cohort has a "tumor" class
-    saved = json.loads((out / "evaluation.json").read_text())
+    assert "validation slides" in printed  # the report after training reads val only
+    saved = json.loads((out / "validation_report.json").read_text())
     overall = saved["tuned/report_guided"]["overall"]
     assert overall["definition"] == "organ_mean"
     per_organ = saved["tuned/report_guided"]["per_organ"]
@@ -225,3 +228,65 @@ def test_protocol_options_reach_the_evaluation_and_bad_ones_are_refused(cohort):
     bad, _ = _task(cohort, eval_robustness_templates=["{organ} {class}"])
     with pytest.raises(ConfigError, match="use only the fields"):
         bad.robustness(model, "test")
+
+
+def test_training_never_reads_the_test_split_and_eval_reads_it_once(cohort, tmp_path, capsys):
+    from medvl_engine.data import BagCache
+
+    root, manifest = cohort
+    config = tmp_path / "limit.yaml"
+    config.write_text(
+        "run:\n  epochs: 1\n  progress: false\n  select_metric: val_balanced_accuracy\n"
+        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n  num_negatives: 2\n"
+        "  eval_bootstrap: 20\n  eval_robustness: false\n"
+    )
+    test_stores = {root / f"s{i}.zarr" for i in (11, 12, 13)}
+    read: list = []
+    original = BagCache.get
+
+    def recording_get(self, path):
+        read.append(Path(path))
+        return original(self, path)
+
+    out = tmp_path / "run"
+    overrides = [f"run.out_dir={out}", "run.max_steps=2", "run.seeds=[0,1]"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BagCache, "get", recording_get)
+        assert train_main(["limit", "--config", str(config), *overrides]) == 0
+        assert read and not test_stores & set(read)  # training and its reports: no test slide
+        read.clear()
+        capsys.readouterr()
+        assert train_main(["limit", "eval", "--config", str(config), *overrides]) == 0
+        assert test_stores <= set(read)
+    printed = capsys.readouterr().out
+    assert "seed 0:" in printed and "seed 1:" in printed and "mean +- std over 2 run(s)" in printed
+    saved = json.loads((out / "test_evaluation.json").read_text())
+    assert [run["seed"] for run in saved["runs"]] == [0, 1]
+    first = saved["runs"][0]
+    assert first["test_slides"] == 3 and first["model"].endswith("seed-0/best")
+    rows = first["slide_level"]
+    assert set(rows) == {
+        "tuned/report_guided",
+        "untuned/report_guided",
+        "tuned/mean",
+        "untuned/mean",
+    }
+    for row in rows.values():
+        assert row["low"] <= row["balanced_accuracy"] <= row["high"]
+    tuned = [
+        run["slide_level"]["tuned/report_guided"]["balanced_accuracy"] for run in saved["runs"]
+    ]
+    mean = saved["summary"]["mean_std"]["slide tuned/report_guided"]
+    assert mean["mean"] == pytest.approx(np.mean(tuned)) and mean["n"] == 2
+    assert mean["std"] == pytest.approx(np.std(tuned))
+
+
+def test_eval_without_a_trained_model_says_what_to_run(cohort, tmp_path, capsys):
+    root, manifest = cohort
+    config = tmp_path / "limit.yaml"
+    config.write_text(
+        f"run:\n  out_dir: {tmp_path / 'none'}\n"
+        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n"
+    )
+    assert train_main(["limit", "eval", "--config", str(config)]) == 2
+    assert "train first" in capsys.readouterr().err

@@ -34,6 +34,7 @@ from medvl_engine.training.distributed import shard_indices
 from medvl_engine.training.task import unwrap_model
 
 __all__ = [
+    "ACTIONS",
     "CONFIG_CLASS",
     "LimitTaskConfig",
     "LimitTask",
@@ -374,9 +375,20 @@ class LimitTask:
     def train_batches(
         self, epoch: int, rank: int, world_size: int, start: int = 0
     ) -> Iterator[dict[str, torch.Tensor]]:
+        for index in range(start, len(self._my_bags(epoch, rank, world_size))):
+            yield self.batch_at(epoch, rank, world_size, index)
+
+    def batch_at(
+        self, epoch: int, rank: int, world_size: int, index: int
+    ) -> dict[str, torch.Tensor]:
+        """Bag ``index`` of ``rank`` in ``epoch`` as :meth:`make_batch` builds it: a pure function
+        of its arguments and the data, so DataLoader workers can call it in any order."""
+        key = (epoch, rank, world_size)
+        memo = getattr(self, "_bags_memo", None)  # the epoch's bags, drawn once per epoch
+        if memo is None or memo[0] != key:
+            memo = self._bags_memo = (key, self._my_bags(epoch, rank, world_size))
         train = self.splits["train"]
-        for bag in self._my_bags(epoch, rank, world_size)[start:]:
-            yield self.make_batch([train[i] for i in bag])
+        return self.make_batch([train[i] for i in memo[1][index]])
 
     # -- loss ----------------------------------------------------------------------------
     def compute_losses(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -443,7 +455,7 @@ class LimitTask:
             "seed": self.seed,
         }
 
-    def zero_shot(self, model: LimitModel, split: str = "test", **options: Any) -> dict[str, Any]:
+    def zero_shot(self, model: LimitModel, split: str = "val", **options: Any) -> dict[str, Any]:
         """Organ-restricted zero-shot slide classification of labelled slides of ``split``."""
         from medvl_engine.evaluation.pathology import zero_shot_slides
 
@@ -462,7 +474,7 @@ class LimitTask:
             slides, classes, lambda texts: model.encode_texts(texts), model.tau_attn, **settings
         )
 
-    def robustness(self, model: LimitModel, split: str = "test") -> dict[str, Any]:
+    def robustness(self, model: LimitModel, split: str = "val") -> dict[str, Any]:
         """Zero-shot accuracy over every prompt template x cancer synonym pair (Fig. 3)."""
         from medvl_engine.data.limit_prompt_variants import CANCER_SYNONYMS, ROBUSTNESS_TEMPLATES
         from medvl_engine.evaluation.pathology import template_synonym_robustness
@@ -507,9 +519,9 @@ class LimitTask:
                 hits.append(float(terms["retrieval_top1"]))
             metrics["val_loss"] = sum(losses) / len(losses)
             metrics["val_retrieval_top1"] = sum(hits) / len(hits)
-        result = self.zero_shot(model, "test", trials=0)
+        result = self.zero_shot(model, "val", trials=0)  # the test split is read only by `eval`
         if result:
-            metrics["test_balanced_accuracy"] = result["overall"]["balanced_accuracy"]
+            metrics["val_balanced_accuracy"] = result["overall"]["balanced_accuracy"]
         return metrics
 
 
@@ -518,13 +530,25 @@ def build_task(config: LimitTaskConfig, run_config: RunConfig) -> LimitTask:
     return LimitTask(config, run_config)
 
 
-def _labelled_patches(task: LimitTask) -> tuple[torch.Tensor, Any, list[str]] | None:
-    """Features ``[N, D]``, labels ``[N]`` and organs of test patches with "patch_labels"."""
+def _eval_action(run_config: RunConfig, task_config: LimitTaskConfig) -> int:
+    from medvl_engine.training._limit_eval import eval_action
+
+    return eval_action(run_config, task_config)
+
+
+# ``medvl-train limit eval``: the test split, read once, for the model chosen on validation.
+ACTIONS: dict[str, Callable[[RunConfig, LimitTaskConfig], int]] = {"eval": _eval_action}
+
+
+def _labelled_patches(
+    task: LimitTask, split: str = "val"
+) -> tuple[torch.Tensor, Any, list[str]] | None:
+    """Features ``[N, D]``, labels ``[N]`` and organs of ``split`` patches with "patch_labels"."""
     import numpy as np
     import zarr
 
     features, labels, organs = [], [], []
-    for record in task.splits["test"]:
+    for record in task.splits[split]:
         if record.features.suffix == ".h5":
             continue
         group = zarr.open_group(str(record.features), mode="r")
@@ -537,12 +561,12 @@ def _labelled_patches(task: LimitTask) -> tuple[torch.Tensor, Any, list[str]] | 
     return torch.cat(features), np.concatenate(labels), organs
 
 
-def _patch_zero_shot(task: LimitTask, model: LimitModel) -> dict[str, float]:
-    """Patch-level zero-shot on test stores that carry "patch_labels" (synthetic cohorts)."""
+def _patch_zero_shot(task: LimitTask, model: LimitModel, split: str = "val") -> dict[str, float]:
+    """Patch-level zero-shot on ``split`` stores that carry "patch_labels" (synthetic cohorts)."""
     from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
     from medvl_engine.evaluation import zero_shot_patches
 
-    patches = _labelled_patches(task)
+    patches = _labelled_patches(task, split)
     if patches is None:
         return {}
     return zero_shot_patches(
@@ -555,13 +579,13 @@ def _patch_zero_shot(task: LimitTask, model: LimitModel) -> dict[str, float]:
     )
 
 
-def _patch_robustness(task: LimitTask, model: LimitModel) -> dict[str, Any]:
+def _patch_robustness(task: LimitTask, model: LimitModel, split: str = "val") -> dict[str, Any]:
     """Patch-level template x synonym report (the paper's Fig. 3 is patch level)."""
     from medvl_engine.data.limit_prompt_variants import CANCER_SYNONYMS, ROBUSTNESS_TEMPLATES
     from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
     from medvl_engine.evaluation.pathology import patch_template_synonym_robustness
 
-    patches = _labelled_patches(task)
+    patches = _labelled_patches(task, split)
     if patches is None:
         return {}
     return patch_template_synonym_robustness(
@@ -592,7 +616,10 @@ def _tuned_folder(out_dir: Path) -> Path | None:
 
 @torch.no_grad()
 def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
-    """Print zero-shot results of the untuned and the LIMIT-tuned text tower on the test split.
+    """Print zero-shot results of the untuned and the tuned text tower on the VALIDATION split.
+
+    The test split is not read here: ``medvl-train limit eval`` scores it once, after the
+    choices made on validation (see :mod:`medvl_engine.training._limit_eval`).
 
     Slide level: balanced accuracy (overall = organ mean by default, pooled, per organ,
     +- bootstrap std) with every inference pooling method for the tuned tower (random
@@ -602,8 +629,8 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     """
     out_dir = Path(summary["out_dir"])
     folder = _tuned_folder(out_dir)
-    if folder is None or not any(r.label for r in task.splits["test"]):
-        print("limit: no tuned model or no labelled test slides; skipping the zero-shot report")
+    if folder is None or not any(r.label for r in task.splits["val"]):
+        print("limit: no tuned model or no labelled validation slides; no zero-shot report")
         return {}
     torch.manual_seed(task.seed)
     untuned = task.build_model().eval()
@@ -613,7 +640,8 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     config = task.config
     results: dict[str, Any] = {"tuned_model": str(folder), "protocol": task._protocol()}
     overall_name = "organ mean" if config.eval_overall == "organ_mean" else "pooled"
-    lines = [f"Zero-shot on {sum(1 for r in task.splits['test'] if r.label)} held-out test slides"]
+    count = sum(1 for r in task.splits["val"] if r.label)
+    lines = [f"Zero-shot on {count} validation slides (test: `medvl-train limit eval`)"]
     lines.append(
         f"overall = {overall_name} balanced accuracy +- bootstrap std (random pooling: mean +- "
         f"std over {config.eval_random_trials} trials of {config.eval_random_patches} patches)"
@@ -623,7 +651,7 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     runs += [("tuned", tuned, "mean", 10), ("tuned", tuned, "random", 10)]
     runs += [("tuned", tuned, "topk", 10), ("tuned", tuned, "topk", 100)]
     for label, model, pooling, k in runs:
-        result = task.zero_shot(model, "test", pooling=pooling, k=k)
+        result = task.zero_shot(model, "val", pooling=pooling, k=k)
         name = pooling if pooling != "topk" else f"top-{k}"
         overall = result["overall"]
         table = result["organ_mean_summary"]["table"]
@@ -639,7 +667,7 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
         results[f"{label}/{name}"]["categories"] = result["categories"]
     if config.eval_robustness:
         for label, model in (("untuned", untuned), ("tuned", tuned)):
-            robust = task.robustness(model, "test")
+            robust = task.robustness(model, "val")
             results[f"{label}/robustness"] = robust
             lines.append(_robustness_line(label, "prompts", robust))
     for label, model in (("untuned", untuned), ("tuned", tuned)):
@@ -656,5 +684,5 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
             results[f"{label}/patch_robustness"] = robust
             lines.append(_robustness_line(label, "patch prompts", robust))
     print("\n".join(lines))
-    (out_dir / "evaluation.json").write_text(json.dumps(results, indent=2, default=str))
+    (out_dir / "validation_report.json").write_text(json.dumps(results, indent=2, default=str))
     return results
