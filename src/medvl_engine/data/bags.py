@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,6 +88,10 @@ class BagCache:
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._items: OrderedDict[Path, torch.Tensor] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the bags: a copy sent to a DataLoader worker starts empty."""
+        return {**self.__dict__, "_items": OrderedDict()}
 
     def get(self, path: str | Path) -> torch.Tensor:
         key = Path(path)

@@ -88,16 +88,25 @@ def disk_cached_loader(
 
     The file name is derived from the exam id, laterality and size; it is written atomically.
     """
-    folder = Path(folder)
+    return _DiskCachedLoader(Path(folder), loader)
 
-    def cached(record: MammoRecord, image_size: int) -> tuple[np.ndarray, np.ndarray]:
+
+@dataclass(frozen=True)
+class _DiskCachedLoader:
+    """The loader :func:`disk_cached_loader` returns (a class, so DataLoader workers can unpickle
+    it)."""
+
+    folder: Path
+    loader: Callable[[MammoRecord, int], tuple[np.ndarray, np.ndarray]]
+
+    def __call__(self, record: MammoRecord, image_size: int) -> tuple[np.ndarray, np.ndarray]:
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in record.exam_id)
-        path = folder / f"{safe}_{record.laterality}_{image_size}.npz"
+        path = self.folder / f"{safe}_{record.laterality}_{image_size}.npz"
         if path.is_file():
             with np.load(path) as stored:
                 return stored["image"], stored["boxes"]
-        image, boxes = loader(record, image_size)
-        folder.mkdir(parents=True, exist_ok=True)
+        image, boxes = self.loader(record, image_size)
+        self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_stream(
             path,
             lambda handle: np.savez(handle, image=image, boxes=boxes),
@@ -105,8 +114,6 @@ def disk_cached_loader(
             what="breast-image cache",
         )
         return image, boxes
-
-    return cached
 
 
 class MammoDataset:
@@ -137,6 +144,11 @@ class MammoDataset:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without decoded images: a copy sent to a DataLoader worker starts with an
+        empty cache."""
+        return {**self.__dict__, "_cache": {} if self._cache is not None else None}
 
     def _load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         if self._cache is not None and index in self._cache:

@@ -63,6 +63,10 @@ class RunConfig:
     select_mode: Literal["max", "min"] = "max"
     ddp_find_unused_parameters: bool = False
     dist_timeout_minutes: float = 120.0  # how long a collective waits for the slowest rank
+    # DataLoader worker processes per rank (tasks with batch_at); 0 = load in this process
+    num_workers: int = 0
+    prefetch_factor: int = 2  # batches each worker loads ahead
+    pin_memory: bool | Literal["auto"] = "auto"  # auto = page-locked batches when on CUDA
     seeds: list[int] | None = None  # one run per seed into <out_dir>/seed-<s> (medvl-train)
 
     def __post_init__(self) -> None:
@@ -89,6 +93,11 @@ class RunConfig:
         if self.max_bad_steps < 0 or self.warmup_steps < 0 or self.ckpt_every < 0:
             raise ConfigError(
                 "run.max_bad_steps, run.warmup_steps and run.ckpt_every must be >= 0."
+            )
+        if self.num_workers < 0 or self.prefetch_factor < 1:
+            raise ConfigError(
+                f"run.num_workers must be >= 0 and run.prefetch_factor >= 1, got "
+                f"{self.num_workers} and {self.prefetch_factor}; e.g. run.num_workers=2."
             )
         if self.dist_timeout_minutes <= 0:
             raise ConfigError(

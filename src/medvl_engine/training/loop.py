@@ -6,6 +6,12 @@ checkpoints with exact resume (the metrics log is cut back to the checkpoint, so
 is logged twice), DistributedDataParallel under torchrun, JSONL metrics and a progress bar.
 The task contract is documented in :mod:`medvl_engine.training.task`.
 
+Data: batches come from ``task.train_batches`` in this process, or, when ``run.num_workers > 0``
+and the task has ``batch_at``, from DataLoader worker processes with prefetch and pinned memory
+(:mod:`medvl_engine.training._batches`); both give the same batches and the same resume. Each
+step record in metrics.jsonl carries ``data_s`` (seconds this rank waited for its micro-batches,
+device copy included) and ``step_s`` (seconds of the whole optimiser step, data included).
+
 Evaluation: a task with ``evaluate_shard(model, rank, world_size) -> part`` (a picklable
 result of this rank's shard of the eval set) and ``merge_evaluation(parts) -> metrics``
 (``parts`` in rank order) is evaluated on every rank at once and its parts gathered with
@@ -31,6 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 from medvl_engine.errors import ConfigError, DataError, MedVLError
+from medvl_engine.training._batches import WorkerBatches, uses_workers
 from medvl_engine.training._metrics_log import MetricsLog, Progress
 from medvl_engine.training._metrics_trim import metrics_size, trim_metrics_log
 from medvl_engine.training.checkpoint import (
@@ -313,19 +320,29 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
 
     stopped_early = False
     started = time.time()
+    workers: WorkerBatches | None = None
     try:
+        if uses_workers(task, config):
+            workers = WorkerBatches(task, config, info.rank, info.world_size, device)
         for epoch in range(state.epoch, config.epochs):
             count = batches_per_epoch[epoch]
             index = state.batch_in_epoch if epoch == state.epoch else 0
             state.epoch, state.batch_in_epoch = epoch, index
             train_model.train()
-            batches = iter(task.train_batches(epoch, info.rank, info.world_size, index))
+            if workers is not None:
+                batches = workers.epoch(epoch, index, count)
+            else:
+                batches = iter(task.train_batches(epoch, info.rank, info.world_size, index))
             while index < count and state.step < total_steps:
+                step_started = time.perf_counter()
+                data_seconds = 0.0
                 group = min(config.grad_accum, count - index)
                 optimizer.zero_grad(set_to_none=True)
                 sums: dict[str, float] = {}
                 for micro in range(group):
+                    fetch_started = time.perf_counter()
                     batch = move_to_device(_next_batch(batches, task, epoch, index + micro), device)
+                    data_seconds += time.perf_counter() - fetch_started
                     last_micro = micro == group - 1
                     sync_context = (
                         train_model.no_sync()
@@ -355,6 +372,7 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
                     scheduler.step()
+                step_seconds = time.perf_counter() - step_started
                 state.step += 1
                 state.batch_in_epoch = index
                 losses.append(mean_loss if finite else float("nan"))
@@ -367,6 +385,8 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
                             "lr": optimizer.param_groups[0]["lr"],
                             "grad_norm": grad_norm,
                             "skipped": not finite,
+                            "data_s": round(data_seconds, 6),
+                            "step_s": round(step_seconds, 6),
                             **{key: value for key, value in sums.items()},
                             "loss": mean_loss,
                         }
@@ -401,6 +421,8 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
             task.save_pretrained(unwrap_model(train_model), out_dir / "final")
         barrier(info)
     finally:
+        if workers is not None:
+            workers.close()
         progress.close()
         log.close()
 

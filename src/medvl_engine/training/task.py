@@ -33,6 +33,15 @@ Optional members::
     optimizer_groups(model) -> list[dict]   ({"params": [...], "lr_scale": float}; overrides
         trainable_parameters: each group trains at run.lr * lr_scale)
     save_pretrained(model, directory) -> None   (export of the best and final model)
+    batch_at(epoch, rank, world_size, index) -> batch
+        Micro-batch ``index`` of this rank in ``epoch``: the same value ``train_batches``
+        yields at that position. It must be a pure function of its arguments and the task's
+        data (no global RNG, no state left by earlier calls that changes the result), because
+        with ``run.num_workers > 0`` the loop calls it in DataLoader worker processes, in any
+        order, on a copy of the task. The task is pickled to each worker once per run (workers
+        start with forkserver or spawn, which are safe with CUDA), so it must pickle, and it
+        should pickle small: in-memory caches of decoded data belong out of its pickled state.
+        Without ``batch_at``, or with ``run.num_workers = 0``, ``train_batches`` is used.
 """
 
 from __future__ import annotations

@@ -405,22 +405,33 @@ class TopKSigLIPTask:
     def train_batches(
         self, epoch: int, rank: int, world_size: int, start: int = 0
     ) -> Iterator[dict[str, Any]]:
-        order = self._order(epoch, rank, world_size)
-        size = min(self.config.batch_size, len(order))
         count = self.num_batches(epoch, rank, world_size)
         for index in range(start, count):
             if self.progress is not None and index % 10 == 0:
                 self.progress(f"training: epoch {epoch + 1}, batch {index + 1}/{count}")
-            chosen = order[index * size : (index + 1) * size]
-            batch = collate_breasts([self.train_set.sample(i, epoch) for i in chosen])
-            reports = batch.pop("reports")
-            if self.config.report_shuffle:
-                rng = random.Random((self.config.seed * 1_000_003 + epoch) * 1_000_003 + index)
-                reports = [shuffle_sentences(r, rng) for r in reports]
-            tokens = self._tokenize(reports)
-            batch.pop("boxes")
-            batch.update(tokens)
-            yield batch
+            yield self.batch_at(epoch, rank, world_size, index)
+
+    def batch_at(self, epoch: int, rank: int, world_size: int, index: int) -> dict[str, Any]:
+        """Micro-batch ``index`` of ``rank`` in ``epoch`` (decode, augment, tokenise): a pure
+        function of its arguments and the data, so DataLoader workers can call it in any order.
+        Images ``[B, 1, S, S]``, roi_mask ``[B, G, G]``, has_roi ``[B]``, attributes ``[B, 15]``,
+        input_ids / attention_mask ``[B, L]``."""
+        key = (epoch, rank, world_size)
+        memo = getattr(self, "_order_memo", None)  # the epoch's order, computed once per epoch
+        if memo is None or memo[0] != key:
+            memo = self._order_memo = (key, self._order(epoch, rank, world_size))
+        order = memo[1]
+        size = min(self.config.batch_size, len(order))
+        chosen = order[index * size : (index + 1) * size]
+        batch = collate_breasts([self.train_set.sample(i, epoch) for i in chosen])
+        reports = batch.pop("reports")
+        if self.config.report_shuffle:
+            rng = random.Random((self.config.seed * 1_000_003 + epoch) * 1_000_003 + index)
+            reports = [shuffle_sentences(r, rng) for r in reports]
+        tokens = self._tokenize(reports)
+        batch.pop("boxes")
+        batch.update(tokens)
+        return batch
 
     def _tokenize(self, reports: list[str]) -> dict[str, torch.Tensor]:
         if self._tokenizer is None:

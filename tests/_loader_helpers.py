@@ -1,0 +1,86 @@
+"""A toy task with ``batch_at`` for the DataLoader-worker tests (a module workers can import)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from medvl_engine.training.distributed import shard_indices
+
+
+@dataclasses.dataclass
+class LoaderToyConfig:
+    samples: int = 12
+    dim: int = 4
+    seed: int = 0
+    fail_at: int | None = None  # batch index whose loading raises (every epoch)
+    load_delay_s: float = 0.0  # artificial per-batch I/O time
+    step_delay_s: float = 0.0  # artificial per-step compute time
+
+
+class LoaderToyTask:
+    """Batch ``index`` of an epoch: inputs ``x`` [3, D], target ``y`` [3], and the pid that
+    loaded it; the main-process copy records every pid it is given in ``loader_pids``."""
+
+    name = "loader-toy"
+
+    def __init__(self, config: LoaderToyConfig) -> None:
+        self.config = config
+        generator = torch.Generator().manual_seed(config.seed)
+        self.inputs = torch.randn(config.samples, 3, config.dim, generator=generator)
+        self.targets = self.inputs.sum(dim=-1) * 0.5
+        self.loader_pids: set[int] = set()
+
+    def build_model(self) -> nn.Module:
+        return nn.Sequential(nn.Linear(self.config.dim, 8), nn.ReLU(), nn.Linear(8, 1))
+
+    def _order(self, epoch: int, rank: int, world_size: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)
+        permutation = torch.randperm(self.config.samples, generator=generator).tolist()
+        return [permutation[i] for i in shard_indices(len(permutation), rank, world_size)]
+
+    def num_batches(self, epoch: int, rank: int, world_size: int) -> int:
+        return len(self._order(epoch, rank, world_size))
+
+    def batch_at(self, epoch: int, rank: int, world_size: int, index: int) -> dict:
+        if index == self.config.fail_at:
+            raise OSError(f"sample{index}.h5 is truncated\n(second line of detail)")
+        if self.config.load_delay_s:
+            time.sleep(self.config.load_delay_s)
+        item = self._order(epoch, rank, world_size)[index]
+        return {
+            "x": self.inputs[item].clone(),
+            "y": self.targets[item].clone(),
+            "pid": torch.tensor(os.getpid()),
+        }
+
+    def train_batches(
+        self, epoch: int, rank: int, world_size: int, start: int = 0
+    ) -> Iterator[dict]:
+        for index in range(start, self.num_batches(epoch, rank, world_size)):
+            yield self.batch_at(epoch, rank, world_size, index)
+
+    def compute_losses(self, model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        self.loader_pids.add(int(batch["pid"]))
+        if self.config.step_delay_s:
+            time.sleep(self.config.step_delay_s)
+        prediction = model(batch["x"]).squeeze(-1)
+        return {"loss": ((prediction - batch["y"]) ** 2).mean()}
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        prediction = model(self.inputs.reshape(-1, self.config.dim)).squeeze(-1)
+        return {"val_mse": float(((prediction - self.targets.reshape(-1)) ** 2).mean())}
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie not yet reaped counts as still there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
