@@ -220,7 +220,8 @@ def test_cli_heatmap_tiff_puts_every_patch_score_at_its_centre(tmp_path):
     argv = ["heatmap", str(truth.path), "--prompt", "tumor", "--out", str(tiff)]
     assert main([*argv, "--out", str(table)]) == 0
     description = read_heatmap_tiff_description(tiff)
-    d, (low, high) = description["downsample"], description["value_range"]
+    d, (low, high) = description["downsample"], description["color_limits"]
+    colormap = description["colormap"]
     with open_slide(tiff) as heat:
         assert heat.dimensions == (math.ceil(1000 / d), math.ceil(700 / d))
         assert heat.mpp == pytest.approx((0.5 * d, 0.5 * d))
@@ -231,7 +232,8 @@ def test_cli_heatmap_tiff_puts_every_patch_score_at_its_centre(tmp_path):
     for row in rows:
         x = (int(row["x0"]) + int(row["x1"])) // 2
         y = (int(row["y0"]) + int(row["y1"])) // 2
-        colour = apply_colormap(np.array([(float(row["score"]) - low) / (high - low)]))[0]
+        position = (float(row["score"]) - low) / (high - low)
+        colour = apply_colormap(np.array([position]), colormap)[0]
         np.testing.assert_allclose(pixels[y // d, x // d], colour, atol=1)  # CSV rounds to 1e-6
 
 

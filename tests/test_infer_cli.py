@@ -35,11 +35,13 @@ def test_heatmap_writes_every_requested_file(slide_path, tmp_path, capsys):
     document = json.loads(outputs[0].read_text())
     assert document["type"] == "FeatureCollection"
     names = {f["properties"]["classification"]["name"] for f in document["features"]}
-    assert names == {"tumor", "top patch"}
+    tiles = names - {"top patch"}
+    assert "top patch" in names and all(name.startswith("tumor: score ") for name in tiles)
     with np.load(outputs[1]) as data:
         assert data["scores"].shape == (len(data["coords"]),) and str(data["prompt"]) == "tumor"
     assert outputs[2].read_bytes()[:4] == b"\x89PNG"
-    assert outputs[3].read_text().splitlines()[0] == "rank,x0,y0,x1,y1,score,prompt"
+    header = outputs[3].read_text().splitlines()[0]
+    assert header == "rank,x0,y0,x1,y1,score,prompt,model,notice"
 
 
 def test_heatmap_from_an_existing_store_and_classify(slide_path, tmp_path, capsys):

@@ -82,7 +82,7 @@ def test_tiles_geojson_reads_back_with_scores_and_coordinates(tmp_path):
     assert first["geometry"]["coordinates"] == [
         [[200, 100], [300, 100], [300, 200], [200, 200], [200, 100]]
     ]
-    assert first["properties"]["classification"]["name"] == "tumor"
+    assert first["properties"]["classification"]["name"] == "tumor: score 0.8 to 1"
     assert first["properties"]["measurements"]["score"] == pytest.approx(heatmap.scores[0])
     assert first["properties"]["prompt"] == "tumor"
     box = [f for f in document["features"] if f["properties"]["objectType"] == "annotation"]
@@ -159,6 +159,8 @@ def test_npz_and_csv_read_back(tmp_path):
         "y1": "4",
         "score": "0.5",
         "prompt": "tumor",
+        "model": "unknown",
+        "notice": "",
     }
 
 
@@ -184,7 +186,10 @@ def test_png_composite_blends_heatmap_and_draws_legend(tmp_path):
         )
     image = np.asarray(Image.open(path).convert("RGB"))
     height, width = thumbnail.shape[:2]
-    assert image.shape == (max(height, 160), width + 110, 3)
+    assert image.shape[1:] == (width + 110, 3)
+    footer = image[max(height, 160) :]
+    assert 12 <= footer.shape[0] <= 40  # one line naming the model, under image and legend
+    assert (footer == 255).all(axis=-1).mean() > 0.8 and (footer < 100).all(axis=-1).any()
     # the patch at level-0 (200, 100) has score 1 after min-max: drawn at full opacity
     scale = 800 / width
     np.testing.assert_array_equal(
@@ -234,7 +239,7 @@ def test_composite_at_a_chosen_pyramid_level(tmp_path):
     with open_slide(truth.path) as slide:
         width, height = slide.level_dimensions[1]
         rgb = composite_image(slide, _heatmap(store), level=1, legend=False, alpha=1.0)
-        assert rgb.shape == (height, width, 3)
+        assert rgb.shape[1:] == (width, 3) and height < rgb.shape[0] <= height + 40
         # patch (200, 100) level-0 is at (100, 50) on level 1; min-max score 1 there
         np.testing.assert_array_equal(rgb[75, 125], apply_colormap(np.array([1.0]))[0])
         with pytest.raises(ExportError, match="Level 9 does not exist"):

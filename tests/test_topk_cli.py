@@ -94,7 +94,8 @@ def test_top_box_lands_on_planted_lesion(tmp_path, model_dir, lesion, capsys):
     assert float(rows[0]["x0"]) == pytest.approx(box[0], abs=0.01)
     np.testing.assert_allclose(np.load(tmp_path / "topk_importance.npy"), importance, atol=1e-6)
     with Image.open(png) as image:
-        assert image.size == (256, 256)
+        assert image.size[0] == 256 and 256 < image.size[1] <= 300  # the footer names the model
+        assert image.text["medvl:model"] == model_dir.name
         assert np.asarray(image)[..., 0].max() > 200  # red heat over the lesion
     assert "wrote" in capsys.readouterr().out
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind

@@ -1,5 +1,6 @@
-"""PNG/JPEG composites: the slide at low resolution, the heatmap blended on top, boxes, and a
-colour-bar legend, drawn with PIL."""
+"""PNG/JPEG composites: the slide at low resolution, the heatmap blended on top, boxes, a
+colour-bar legend, and a footer naming the model (with the demo notice for a demo model),
+drawn with PIL."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from medvl_engine._atomic import atomic_write
-from medvl_engine._colormap import apply_colormap
+from medvl_engine._colormap import apply_colormap, display_limits, is_signed, resolve_colormap
+from medvl_engine._model_label import model_footer
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
-__all__ = ["composite_image", "sample_grid", "write_image"]
+__all__ = ["composite_image", "sample_grid", "with_footer", "write_image"]
 
 _LEGEND_WIDTH = 110
 
@@ -52,17 +54,22 @@ def composite_image(
     max_size: int = 2048,
     level: int | None = None,
     alpha: float = 0.5,
-    colormap: str = "jet",
+    colormap: str | None = None,
     boxes: np.ndarray | None = None,
     legend: bool = True,
     title: str | None = None,
+    model: str | Any = None,
 ) -> np.ndarray:
     """The slide with the heatmap blended, uint8 RGB: the whole pyramid ``level`` when given,
     else a thumbnail whose longest side is at most ``max_size``.
 
-    Heatmap values are coloured over ``heatmap.value_range``; NaN cells leave the slide
-    visible. ``boxes`` [N, 4] (x0, y0, x1, y1) level-0 px are outlined and numbered by rank.
-    With ``legend`` a colour bar with the range and the prompt is added on the right.
+    Heatmap values are coloured over ``heatmap.value_range`` with ``colormap`` (None / "auto":
+    viridis, or blue-white-red over limits symmetric around 0 when the map is signed); NaN
+    cells leave the slide visible. ``boxes`` [N, 4] (x0, y0, x1, y1) level-0 px are outlined
+    and numbered by rank (yellow on a black outline, readable on any map). With ``legend`` a
+    colour bar with the range and the prompt is added on the right. A footer under the image
+    names ``model`` (default: the encoder in ``heatmap.metadata``) and, for a demo model,
+    says "demo model trained on synthetic data, not for diagnosis".
     """
     from PIL import Image, ImageDraw
 
@@ -88,7 +95,9 @@ def composite_image(
         (height, width),
         per_px,
     )
-    low, high = heatmap.value_range
+    signed = is_signed(getattr(heatmap, "mode", None), heatmap.value_range)
+    low, high = display_limits(heatmap.value_range, signed)
+    colormap = resolve_colormap(colormap, signed)
     span = high - low if high > low else 1.0
     colours = apply_colormap((values - low) / span, colormap).astype(np.float32)
     shown = np.isfinite(values)[..., None]
@@ -102,13 +111,47 @@ def composite_image(
         font = ImageFont.load_default(size=max(11, round(max(width, height) / 80)))
         for rank, (x0, y0, x1, y1) in enumerate(np.asarray(boxes, np.float64).reshape(-1, 4), 1):
             rect = [x0 / per_px[0], y0 / per_px[1], x1 / per_px[0], y1 / per_px[1]]
+            draw.rectangle(rect, outline=(0, 0, 0), width=line + 2)
             draw.rectangle(rect, outline=(255, 220, 0), width=line)
             draw.text(
-                (rect[0] + 2 * line, rect[1] + line), str(rank), fill=(255, 220, 0), font=font
+                (rect[0] + 2 * line, rect[1] + line),
+                str(rank),
+                fill=(255, 220, 0),
+                font=font,
+                stroke_width=max(1, line // 2 + 1),
+                stroke_fill=(0, 0, 0),
             )
     if legend:
         image = _with_legend(image, (low, high), colormap, title or heatmap.prompt)
-    return np.asarray(image)
+    if model is None:
+        model = (getattr(heatmap, "metadata", None) or {}).get("encoder")
+    return np.asarray(with_footer(image, model_footer(model)))
+
+
+def with_footer(image: PILImage, text: str) -> PILImage:
+    """``image`` with a white strip below holding ``text`` in black (wrapped to the width)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    width, height = image.size
+    unit = max(1.0, height / 770)
+    font = ImageFont.load_default(size=round(11 * unit))
+    probe = ImageDraw.Draw(image)
+    words, lines = text.split(" "), [""]
+    for word in words:
+        candidate = f"{lines[-1]} {word}".strip()
+        if lines[-1] and probe.textlength(candidate, font=font) > width - 12 * unit:
+            lines.append(word)
+        else:
+            lines[-1] = candidate
+    line_height = round(15 * unit)
+    strip = line_height * len(lines) + round(8 * unit)
+    canvas = Image.new("RGB", (width, height + strip), (255, 255, 255))
+    canvas.paste(image, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    for number, line in enumerate(lines):
+        y = height + round(4 * unit) + number * line_height
+        draw.text((round(6 * unit), y), line, fill=(0, 0, 0), font=font)
+    return canvas
 
 
 def _with_legend(
@@ -145,18 +188,33 @@ def _with_legend(
     return canvas
 
 
-def write_image(path: str | Path, rgb: np.ndarray, quality: int = 90) -> Path:
-    """Write uint8 RGB [H, W, 3] as PNG or JPEG (by suffix), atomically."""
-    from PIL import Image
+def write_image(
+    path: str | Path,
+    rgb: np.ndarray,
+    quality: int = 90,
+    text: dict[str, str] | None = None,
+) -> Path:
+    """Write uint8 RGB [H, W, 3] as PNG or JPEG (by suffix), atomically.
+
+    ``text`` {key: value} is stored as PNG text chunks, or as the JPEG comment
+    (``key: value`` lines).
+    """
+    from PIL import Image, PngImagePlugin
 
     path = Path(path)
     image = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
     is_jpeg = path.suffix.lower() in (".jpg", ".jpeg")
+    text = {key: value for key, value in (text or {}).items() if value}
 
     def write(temporary: Path) -> None:
         if is_jpeg:
-            image.save(temporary, format="JPEG", quality=quality)
+            comment = "\n".join(f"{key}: {value}" for key, value in text.items())
+            extra = {"comment": comment.encode("utf-8")} if comment else {}
+            image.save(temporary, format="JPEG", quality=quality, **extra)
         else:
-            image.save(temporary, format="PNG")
+            info = PngImagePlugin.PngInfo()
+            for key, value in text.items():
+                info.add_itxt(key, value)
+            image.save(temporary, format="PNG", pnginfo=info)
 
     return atomic_write(path, write)

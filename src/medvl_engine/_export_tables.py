@@ -1,4 +1,9 @@
-"""Plain-data exports: .npz (scores, coords, grid and its transform) and CSV tables."""
+"""Plain-data exports: .npz (scores, coords, grid and its transform) and CSV tables.
+
+Every CSV row ends with the columns ``model`` (the model that made the scores) and ``notice``
+("demo model trained on synthetic data, not for diagnosis" for a demo model, else empty);
+the .npz holds the same two strings.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from medvl_engine._atomic import atomic_write
+from medvl_engine._model_label import model_metadata
 
 __all__ = ["write_boxes_csv", "write_npz", "write_patches_csv"]
 
@@ -20,11 +26,13 @@ def write_npz(
     patch_size_level0: int,
     mpp: tuple[float, float] | None = None,
     slide_dimensions: tuple[int, int] | None = None,
+    model: str | Path | None = None,
 ) -> Path:
     """Scores [N], coords [N, 2] (x, y) level-0 px, the grid and its world transform.
 
     ``mpp`` is stored as NaN and ``slide_dimensions`` as -1 when unknown.
     """
+    provenance = model_metadata(model)
     arrays = {
         "mpp": np.asarray(mpp if mpp is not None else (np.nan, np.nan), np.float64),
         "slide_dimensions": np.asarray(slide_dimensions or (-1, -1), np.int64),
@@ -41,6 +49,8 @@ def write_npz(
         "prompt": np.str_(heatmap.prompt),
         "mode": np.str_(heatmap.mode),
         "normalize": np.str_(heatmap.normalize),
+        "model": np.str_(provenance["model"]),
+        "notice": np.str_(provenance["notice"]),
     }
 
     def write(temporary: Path) -> None:
@@ -56,25 +66,42 @@ def write_patches_csv(
     patch_size_level0: int,
     scores: np.ndarray,
     prompt: str = "",
+    model: str | Path | None = None,
 ) -> Path:
-    """One row per patch: x0, y0, x1, y1 (level-0 px), score, prompt."""
+    """One row per patch: x0, y0, x1, y1 (level-0 px), score, prompt, model, notice."""
+    label = list(model_metadata(model).values())
+    size = patch_size_level0
     rows = [
-        [int(x), int(y), int(x) + patch_size_level0, int(y) + patch_size_level0, _num(s), prompt]
+        [int(x), int(y), int(x) + size, int(y) + size, _num(s), prompt, *label]
         for (x, y), s in zip(np.asarray(coords), np.asarray(scores), strict=True)
     ]
-    return _write_csv(path, ["x0", "y0", "x1", "y1", "score", "prompt"], rows)
+    header = ["x0", "y0", "x1", "y1", "score", "prompt", "model", "notice"]
+    return _write_csv(path, header, rows)
 
 
 def write_boxes_csv(
-    path: str | Path, boxes: np.ndarray, scores: np.ndarray | None = None, prompt: str = ""
+    path: str | Path,
+    boxes: np.ndarray,
+    scores: np.ndarray | None = None,
+    prompt: str = "",
+    model: str | Path | None = None,
 ) -> Path:
-    """One row per box, best first: rank, x0, y0, x1, y1 (level-0 px), score, prompt."""
+    """One row per box, best first: rank, x0, y0, x1, y1 (level-0 px), score, prompt, model,
+    notice."""
     boxes = np.asarray(boxes).reshape(-1, 4)
+    label = list(model_metadata(model).values())
     rows = [
-        [rank, *(int(v) for v in box), "" if scores is None else _num(scores[rank - 1]), prompt]
+        [
+            rank,
+            *(int(v) for v in box),
+            "" if scores is None else _num(scores[rank - 1]),
+            prompt,
+            *label,
+        ]
         for rank, box in enumerate(boxes, start=1)
     ]
-    return _write_csv(path, ["rank", "x0", "y0", "x1", "y1", "score", "prompt"], rows)
+    header = ["rank", "x0", "y0", "x1", "y1", "score", "prompt", "model", "notice"]
+    return _write_csv(path, header, rows)
 
 
 def _num(value: float) -> str:

@@ -8,6 +8,8 @@ the downsample and origin, so QuPath or any viewer overlays it on the slide with
 offset. A pixel takes the value of the heatmap cell holding its centre; pixels with no cell
 (no tissue, outside the patch grid) are transparent (RGBA, alpha 0) or NaN (float32 scores).
 Coarser pyramid levels (SubIFDs) are sampled the same way at downsample d * 2^l.
+The description also names the model that made the heatmap (``model``) and, for a demo
+model, carries its ``notice``; RGBA files name their colour map and its limits.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from medvl_engine._atomic import atomic_write
-from medvl_engine._colormap import apply_colormap
+from medvl_engine._colormap import apply_colormap, display_limits, is_signed, resolve_colormap
+from medvl_engine._model_label import model_metadata
 from medvl_engine.errors import CorruptFileError, ExportError
 
 __all__ = [
@@ -73,7 +76,8 @@ def write_heatmap_tiff(
     mpp: tuple[float, float] | None = None,
     downsample: int | None = None,
     values: str = "rgba",
-    colormap: str = "jet",
+    colormap: str | None = None,
+    model: str | Path | None = None,
 ) -> Path:
     """Write the heatmap as a tiled, deflate-compressed pyramidal TIFF aligned with the slide.
 
@@ -81,7 +85,9 @@ def write_heatmap_tiff(
     the slide's; ``downsample`` d (level-0 px per TIFF pixel, integer) defaults to
     :func:`heatmap_tiff_downsample`. ``values`` "rgba" writes uint8 [H, W, 4] colour-mapped
     over the heatmap's value range, alpha 0 where no cell; "scores" writes the float32 values,
-    NaN where no cell. The file's mpp is mpp * d. Written atomically.
+    NaN where no cell. ``colormap`` None / "auto" takes viridis, or blue-white-red over limits
+    symmetric around 0 for a signed map (contrast, or a range crossing 0). ``model`` (name or
+    folder) is named in the ImageDescription. The file's mpp is mpp * d. Written atomically.
     """
     import tifffile
 
@@ -111,14 +117,19 @@ def write_heatmap_tiff(
         )
     grid = np.asarray(heatmap.grid, np.float32)
     cells = np.pad(grid, ((0, 1), (0, 1)), constant_values=np.nan)  # index -1: no cell
+    signed = is_signed(getattr(heatmap, "mode", None), heatmap.value_range)
+    limits = display_limits(heatmap.value_range, signed)
+    colormap = resolve_colormap(colormap, signed)
     if values == "rgba":
-        cells = _rgba(cells, heatmap.value_range, colormap)  # coloured once per cell
+        cells = _rgba(cells, limits, colormap)  # coloured once per cell
     level_downsamples = [downsample]  # halve until a level's shorter side is under 2 tiles
     while min(-(-extent[0] // level_downsamples[-1]), -(-extent[1] // level_downsamples[-1])) >= (
         2 * _TILE
     ):
         level_downsamples.append(level_downsamples[-1] * 2)
-    description = _description(heatmap, slide_dimensions, mpp, downsample, values, colormap)
+    description = _description(
+        heatmap, slide_dimensions, mpp, downsample, values, colormap, limits, model
+    )
     level0_bytes = width * height * 4  # RGBA uint8 or float32: 4 bytes per pixel
 
     def write(temporary: Path) -> None:
@@ -173,16 +184,20 @@ def _description(
     downsample: int,
     values: str,
     colormap: str,
+    limits: tuple[float, float],
+    model: str | Path | None,
 ) -> str:
     return json.dumps(
         {
             "medvl": "heatmap",
+            **model_metadata(model),
             "values": values,
             "prompt": heatmap.prompt,
             "mode": getattr(heatmap, "mode", None),
             "normalize": getattr(heatmap, "normalize", None),
             "value_range": [float(v) for v in heatmap.value_range],
             "colormap": colormap if values == "rgba" else None,
+            "color_limits": [float(v) for v in limits] if values == "rgba" else None,
             "downsample": downsample,
             "origin_level0": [0, 0],
             "pixel_to_level0": f"(x, y) -> ({downsample} * x, {downsample} * y)",

@@ -1,16 +1,19 @@
 """The demo scene: synthetic slide and mammograms, the demo models run on them, files out.
 
 ``build_scene`` makes a synthetic H&E slide and a synthetic mammogram pair, runs the demo
-pathology model for a text prompt (heatmap + top patches) and the TopK mammography model
-(the registered ``topksiglip-demo`` is trained into the cache on first use);
-``write_scene`` writes what a viewer would show as files. A missing
-model is reported as a note and the scene goes on without that overlay. Used headless by
+pathology model for a text prompt (heatmap + top patches) and the TopK mammography model;
+``write_scene`` writes what a viewer would show as files. The demo never trains: the demo
+names (``medvl-demo``, ``topksiglip-demo``) resolve to the models shipped in
+:mod:`medvl_engine.demo_models`. A missing model is reported as a note and the scene goes on
+without that overlay. Every stage's wall time is kept in ``scene.timings``. Used headless by
 ``medvl demo`` and, with a viewer, by the plugin's demo (``make demo``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,7 @@ __all__ = [
     "DEMO_SLIDE_SIZE",
     "DemoScene",
     "build_scene",
+    "format_timings",
     "write_scene",
 ]
 
@@ -43,6 +47,7 @@ class DemoScene:
     heatmap: the engine's similarity map for ``prompt`` (grid + world transform);
     top_patches: the engine's top patches (boxes (x0, y0, x1, y1) level-0 px + scores);
     topk: a TopKResult (boxes per view in source px); breast: the BreastImage it ran on.
+    timings: (stage, wall seconds) in the order the stages ran.
     """
 
     out: Path
@@ -60,6 +65,23 @@ class DemoScene:
     topk: Any = None
     breast: Any = None
     notes: list[str] = field(default_factory=list)
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the block and append (name, seconds) to ``timings``, also when it raises."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings.append((name, time.perf_counter() - started))
+
+
+def format_timings(timings: list[tuple[str, float]]) -> str:
+    """One line: ``stage 1.2 s, stage 0.3 s, ... (total 1.5 s)``."""
+    parts = [f"{name} {seconds:.1f} s" for name, seconds in timings]
+    total = sum(seconds for _, seconds in timings)
+    return f"{', '.join(parts)} (total {total:.1f} s)"
 
 
 Progress = Callable[[str], None]
@@ -69,18 +91,21 @@ def _quiet(message: str) -> None:
     """Default progress sink: say nothing."""
 
 
-def _make_inputs(out: Path, slide_size: tuple[int, int]) -> tuple[Path, SyntheticMammoCase]:
-    from medvl_engine.synthetic import make_mammogram_case, make_synthetic_slide
+def _make_slide(inputs: Path, slide_size: tuple[int, int]) -> Path:
+    from medvl_engine.synthetic import make_synthetic_slide
 
-    inputs = out / "inputs"
-    inputs.mkdir(parents=True, exist_ok=True)
     slide_path = inputs / f"synthetic-he-{slide_size[0]}x{slide_size[1]}.tiff"
     if not slide_path.is_file():
         make_synthetic_slide(
             slide_path, seed=DEMO_SEED, size=slide_size, mpp=0.5, classes=DEMO_SLIDE_CLASSES
         )
-    case = make_mammogram_case(inputs / "mammograms", seed=DEMO_SEED, laterality="L")
-    return slide_path, case
+    return slide_path
+
+
+def _make_mammograms(inputs: Path) -> SyntheticMammoCase:
+    from medvl_engine.synthetic import make_mammogram_case
+
+    return make_mammogram_case(inputs / "mammograms", seed=DEMO_SEED, laterality="L")
 
 
 def _run_pathology(scene: DemoScene, model: str, progress: Progress) -> None:
@@ -90,42 +115,23 @@ def _run_pathology(scene: DemoScene, model: str, progress: Progress) -> None:
     from medvl_engine.io.slide import open_slide
     from medvl_engine.tiling import patch_grid
 
+    scene.model = model
     try:
         progress(f"loading encoder {model}")
-        encoder = load_encoder(model)
-        slide = open_slide(scene.slide_path)
-        grid = patch_grid(slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp)
-        progress(f"extracting features of {len(grid.coords)} patches")
-        store = extract_features(slide, encoder, grid, scene.out / "features.zarr")
-        text = encoder.encode_text([scene.prompt])
-        scene.model, scene.encoder, scene.feature_store = model, encoder, store
-        scene.heatmap = similarity_map(store, text, prompt=scene.prompt)
-        scene.top_patches = top_patches(store, scene.heatmap.scores, n=10)
+        with scene.stage("load encoder"):
+            encoder = load_encoder(model)
+        with scene.stage("features"):
+            slide = open_slide(scene.slide_path)
+            grid = patch_grid(slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp)
+            progress(f"extracting features of {len(grid.coords)} patches")
+            store = extract_features(slide, encoder, grid, scene.out / "features.zarr")
+        with scene.stage("heatmap"):
+            text = encoder.encode_text([scene.prompt])
+            scene.encoder, scene.feature_store = encoder, store
+            scene.heatmap = similarity_map(store, text, prompt=scene.prompt)
+            scene.top_patches = top_patches(store, scene.heatmap.scores, n=10)
     except MedVLError as error:
         scene.notes.append(f"slide heatmap skipped: {error}")
-
-
-def _ensure_demo_topk_model(model: str, progress: Progress) -> None:
-    """Train the registered demo model into the cache when ``model`` names it and it is missing.
-
-    Runs the packaged demo recipe (the settings of train/topksiglip_demo.yaml) through the
-    shared training loop; a few minutes on 2 CPU cores, once per cache.
-    """
-    from medvl_engine.models.topksiglip import registered_model_dir
-
-    if model != "topksiglip-demo" or Path(model).is_dir():
-        return
-    folder = registered_model_dir(model)
-    if folder.is_dir():
-        return
-    from medvl_engine.training._topksiglip_demo import train_demo_model
-
-    progress(
-        f"training the TopKSigLIP demo model into {folder} (once; a few minutes on 2 CPU cores, "
-        "starting with a synthetic cohort of mammograms)"
-    )
-    train_demo_model(progress=lambda message: progress(f"TopKSigLIP demo {message}"))
-    progress(f"TopKSigLIP demo model installed in {folder}")
 
 
 def _run_mammography(scene: DemoScene, model: str, k: int, progress: Progress) -> None:
@@ -134,12 +140,15 @@ def _run_mammography(scene: DemoScene, model: str, k: int, progress: Progress) -
 
     scene.topk_model = model
     try:
-        cc, mlo = open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)
-        scene.breast = breast_image(cc, mlo)
-        _ensure_demo_topk_model(model, progress)
-        topk_model = load_topksiglip(model)
+        with scene.stage("open mammograms"):
+            cc, mlo = open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)
+            scene.breast = breast_image(cc, mlo)
+        progress(f"loading TopKSigLIP model {model}")
+        with scene.stage("load TopK model"):
+            topk_model = load_topksiglip(model)
         progress(f"running TopK-Patch (K = {k})")
-        scene.topk = predict_topk(topk_model, scene.breast, k=k)
+        with scene.stage("TopK"):
+            scene.topk = predict_topk(topk_model, scene.breast, k=k)
     except MedVLError as error:
         scene.notes.append(f"TopK skipped: {error}")
 
@@ -161,8 +170,14 @@ def build_scene(
     """
     out.mkdir(parents=True, exist_ok=True)
     progress(f"making synthetic slide and mammograms in {out / 'inputs'}")
-    slide_path, case = _make_inputs(out, slide_size or DEMO_SLIDE_SIZE)
+    inputs = out / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    slide_path = _make_slide(inputs, slide_size or DEMO_SLIDE_SIZE)
     scene = DemoScene(out=out, slide_path=slide_path, prompt=prompt)
+    scene.timings.append(("synthetic slide", time.perf_counter() - started))
+    with scene.stage("synthetic mammograms"):
+        case = _make_mammograms(inputs)
     scene.cc_path, scene.mlo_path = Path(case.cc_path), Path(case.mlo_path)
     scene.laterality = case.laterality
     _run_pathology(scene, model, progress)
@@ -201,6 +216,7 @@ def _write_slide(scene: DemoScene) -> list[Path]:
                 boxes=boxes,
                 box_scores=box_scores,
                 max_size=_PREVIEW_PX,
+                model=scene.model,
             )
             for name in ("heatmap.png", "heatmap.geojson", "top_patches.csv", "heatmap.tiff")
         ]
@@ -213,7 +229,11 @@ def _write_mammograms(scene: DemoScene) -> list[Path]:
 
         sources = {"CC": Path(scene.cc_path), "MLO": Path(scene.mlo_path)}
         targets = [out / "topk.png", out / "topk.geojson", out / "topk.csv"]
-        return list(write_topk_outputs(scene.topk, scene.breast.image, sources, targets))
+        return list(
+            write_topk_outputs(
+                scene.topk, scene.breast.image, sources, targets, model=scene.topk_model
+            )
+        )
     from medvl_engine.io.mammo import open_mammogram
 
     views = [open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)]
@@ -232,6 +252,8 @@ def write_scene(scene: DemoScene) -> list[Path]:
     Without a result (a model missing) the plain image is written instead, so the demo
     still shows its inputs. Every file is written under a temporary name and renamed.
     """
-    written = _write_slide(scene)
-    written.extend(_write_mammograms(scene))
+    with scene.stage("slide exports"):
+        written = _write_slide(scene)
+    with scene.stage("mammogram exports"):
+        written.extend(_write_mammograms(scene))
     return written

@@ -28,6 +28,7 @@ from medvl_engine._export_tiff import (
     read_heatmap_tiff_description,
     write_heatmap_tiff,
 )
+from medvl_engine._model_label import model_metadata
 from medvl_engine.errors import CorruptFileError, ExportError
 from medvl_engine.features import FeatureStore
 from medvl_engine.heatmap import Heatmap
@@ -89,6 +90,7 @@ def load_heatmap_npz(path: str | Path) -> tuple[Heatmap, PatchLayout]:
             normalize=str(values["normalize"]),
             prompt=str(values["prompt"]),
             value_range=tuple(float(v) for v in values["value_range"]),
+            metadata={"encoder": str(values["model"])} if "model" in values else {},
         )
         layout = PatchLayout(
             coords=values["coords"].astype(np.int64),
@@ -107,6 +109,17 @@ def load_heatmap_npz(path: str | Path) -> tuple[Heatmap, PatchLayout]:
     return heatmap, layout
 
 
+def _image_text(heatmap: Heatmap, model: str | Path | None) -> dict[str, str]:
+    """PNG text chunks of a heatmap composite: prompt, mode, model and notice."""
+    provenance = model_metadata(model)
+    return {
+        "medvl:prompt": heatmap.prompt,
+        "medvl:mode": str(getattr(heatmap, "mode", "")),
+        "medvl:model": provenance["model"],
+        "medvl:notice": provenance["notice"],
+    }
+
+
 def export_heatmap(
     path: str | Path,
     heatmap: Heatmap,
@@ -120,9 +133,11 @@ def export_heatmap(
     max_size: int = 2048,
     level: int | None = None,
     alpha: float = 0.5,
-    colormap: str = "jet",
+    colormap: str | None = None,
     tiff_values: str = "rgba",
     tiff_downsample: int | None = None,
+    model: str | Path | None = None,
+    threshold: float | None = None,
 ) -> Path:
     """Write ``heatmap`` (and optional ``boxes`` [N, 4] level-0 px) to ``path`` by its suffix.
 
@@ -133,10 +148,20 @@ def export_heatmap(
     about 8 um per pixel) and mpp = slide mpp * d, holding RGBA colours (alpha 0 where no
     tissue) or float32 scores (``tiff_values``); .npz: scores, coords and transform;
     .csv: one row per patch, or per box when ``boxes`` are given.
+
+    ``colormap`` None / "auto" takes the shared sequential map, or the diverging map over
+    limits symmetric around 0 for a signed heatmap (contrast, or a range crossing 0).
+    GeoJSON tiles are classified by score: ``threshold`` gives two classes, else equal
+    score bins. Every file names ``model`` (default: the encoder recorded in
+    ``heatmap.metadata``) and, for a demo model, carries
+    "demo model trained on synthetic data, not for diagnosis".
     """
     path = Path(path)
     suffix = path.suffix.lower()
     prompt = heatmap.prompt
+    mode = getattr(heatmap, "mode", None)
+    if model is None:
+        model = (getattr(heatmap, "metadata", None) or {}).get("encoder") or None
     if suffix in (".geojson", ".json"):
         if geojson_style == "tiles":
             collection = heatmap_tiles_geojson(
@@ -146,6 +171,9 @@ def export_heatmap(
                 prompt,
                 value_range=heatmap.value_range,
                 colormap=colormap,
+                mode=mode,
+                model=model,
+                threshold=threshold,
             )
         elif geojson_style == "contours":
             levels = contour_levels or [float(np.mean(heatmap.value_range))]
@@ -157,12 +185,18 @@ def export_heatmap(
                 levels,
                 colormap=colormap,
                 value_range=heatmap.value_range,
+                mode=mode,
+                model=model,
             )
         else:
             raise ExportError(
                 f"GeoJSON style '{geojson_style}' is unknown; use 'tiles' or 'contours'.", path
             )
-        extra = [boxes_geojson(boxes, box_scores, prompt=prompt)] if boxes is not None else []
+        extra = (
+            [boxes_geojson(boxes, box_scores, prompt=prompt, model=model)]
+            if boxes is not None
+            else []
+        )
         return write_geojson(path, collection, *extra)
     if suffix in (".png", ".jpg", ".jpeg"):
         if slide is None:
@@ -179,8 +213,9 @@ def export_heatmap(
             alpha=alpha,
             colormap=colormap,
             boxes=boxes,
+            model=model,
         )
-        return write_image(path, rgb)
+        return write_image(path, rgb, text=_image_text(heatmap, model))
     if suffix in (".tif", ".tiff"):
         dimensions, mpp = store.slide_dimensions, store.mpp
         if slide is not None:
@@ -194,6 +229,7 @@ def export_heatmap(
             downsample=tiff_downsample,
             values=tiff_values,
             colormap=colormap,
+            model=model,
         )
     if suffix == ".npz":
         return write_npz(
@@ -203,12 +239,13 @@ def export_heatmap(
             store.patch_size_level0,
             store.mpp,
             store.slide_dimensions,
+            model=model,
         )
     if suffix == ".csv":
         if boxes is not None:
-            return write_boxes_csv(path, boxes, box_scores, prompt)
+            return write_boxes_csv(path, boxes, box_scores, prompt, model=model)
         return write_patches_csv(
-            path, store.coords, store.patch_size_level0, heatmap.scores, prompt
+            path, store.coords, store.patch_size_level0, heatmap.scores, prompt, model=model
         )
     raise ExportError(
         f"Cannot export to {path.name}: unknown file type '{path.suffix}'; use one of "

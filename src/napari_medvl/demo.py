@@ -73,8 +73,9 @@ def _run(args: argparse.Namespace) -> int:
     if show:
         from napari_medvl._demo_viewer import save_screenshots, show_scene
 
-        written.extend(save_screenshots(show_scene(scene, run=False), scene.out))
-    cmd_demo.report(scene.notes, written)
+        with scene.stage("viewer screenshots"):
+            written.extend(save_screenshots(show_scene(scene, run=False), scene.out))
+    cmd_demo.report(scene, written)
     return 0
 
 

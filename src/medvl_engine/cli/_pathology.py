@@ -138,7 +138,12 @@ def add_rendering_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-size", type=int, default=2048, help="longest side of a PNG/JPEG")
     parser.add_argument("--level", type=int, default=None, help="PNG/JPEG at this pyramid level")
-    parser.add_argument("--colormap", choices=("jet", "coolwarm", "gray"), default="jet")
+    parser.add_argument(
+        "--colormap",
+        choices=("auto", "viridis", "blue-white-red", "jet", "coolwarm", "gray"),
+        default="auto",
+        help="auto: viridis, or blue-white-red centred on 0 for signed maps (contrast)",
+    )
     parser.add_argument(
         "--tiff-values",
         choices=("rgba", "scores"),
@@ -185,3 +190,19 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
             )
     for out in args.out:
         print(out)
+    print_model_notice(args, (getattr(heatmap, "metadata", None) or {}).get("encoder"))
+
+
+def print_model_notice(args: argparse.Namespace, model: Any = None) -> None:
+    """For a demo model, say on stderr that its output is not for diagnosis (stdout keeps
+    only the written paths or the table)."""
+    import sys
+
+    from medvl_engine._model_label import model_display_name
+    from medvl_engine.demo_models import demo_notice_for
+
+    model = model or getattr(args, "model", None)
+    notice = demo_notice_for(model)
+    if notice:
+        command = getattr(args, "command", None) or "medvl"
+        print(f"medvl {command}: {model_display_name(model)}: {notice}", file=sys.stderr)

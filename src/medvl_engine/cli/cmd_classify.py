@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         width = max(len(name) for name, _ in ranked)
         for rank, (name, score) in enumerate(ranked, start=1):
             print(f"{rank:>2}. {name:<{width}}  {score:.4f}")
+    from medvl_engine.cli._pathology import print_model_notice
+
+    print_model_notice(args, store.encoder or args.model)
     return 0
 
 

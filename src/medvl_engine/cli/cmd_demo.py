@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 HELP = "make synthetic data, run the demo models on it and write the results as files"
 
@@ -56,14 +57,23 @@ def run(args: argparse.Namespace) -> int:
     )
     with atomic_group():  # the result files appear together, once all are written
         written = write_scene(scene)
-    report(scene.notes, written)
+    report(scene, written)
     return 0
 
 
-def report(notes: list[str], written: list[Path]) -> None:
-    """Print the demo's notes and the files it wrote, one per line."""
-    for note in notes:
+def report(scene: Any, written: list[Path]) -> None:
+    """Print the demo's notes, what each model is, the stage timings and the files written."""
+    from medvl_engine.demo import format_timings
+    from medvl_engine.demo_models import demo_notice_for
+
+    for note in scene.notes:
         say(note)
+    results = ((scene.model, scene.heatmap), (scene.topk_model, scene.topk))
+    for model, result in results:
+        notice = demo_notice_for(model)
+        if result is not None and notice:
+            say(f"{model}: {notice}")
+    say(f"timings: {format_timings(scene.timings)}")
     say(f"wrote {len(written)} file(s):")
     for path in written:
         print(path)

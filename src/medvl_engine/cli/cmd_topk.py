@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     result = predict_topk(model, breast, k=args.k)
     sources = {"CC": Path(args.cc), "MLO": Path(args.mlo)}
     with atomic_group():  # renamed into place together, once every output is written
-        written = write_topk_outputs(result, breast.image, sources, outputs)
+        written = write_topk_outputs(result, breast.image, sources, outputs, model=args.model)
     for path in written:
         print(f"wrote {path}")
     for view in ("CC", "MLO"):
@@ -82,4 +82,8 @@ def run(args: argparse.Namespace) -> int:
     for task in ("cancer", "mass", "calcification"):
         if task in result.zero_shot:
             print(f"zero-shot P({task}) = {result.zero_shot[task]['positive']:.3f}")
+    from medvl_engine.demo_models import demo_notice_for
+
+    notice = demo_notice_for(args.model)
+    print(f"model {args.model}" + (f": {notice}" if notice else ""))
     return 0

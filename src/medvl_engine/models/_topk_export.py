@@ -1,8 +1,11 @@
 """Files of a TopK-Patch result: GeoJSON (QuPath), CSV (+ importance .npy), PNG overlay.
 
 Boxes are written in each source view's own pixels, (x, y) with the origin at the top-left
-(QuPath's convention). All writers go through a temporary file in the target folder that is
-renamed when complete, so a failed export never leaves a half-written file.
+(QuPath's convention). Every file names the model that made it (GeoJSON ``model`` property
+and ``"medvl"`` metadata, CSV ``model`` / ``notice`` columns, PNG footer and text chunks) and,
+for a demo model, carries "demo model trained on synthetic data, not for diagnosis". All
+writers go through a temporary file in the target folder that is renamed when complete, so a
+failed export never leaves a half-written file.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import IO
 import numpy as np
 
 from medvl_engine._atomic import atomic_write_stream
+from medvl_engine._model_label import model_footer, model_metadata
 from medvl_engine.errors import ExportError
 from medvl_engine.models.topksiglip import TopKResult
 
@@ -35,8 +39,12 @@ def _rows(result: TopKResult) -> list[tuple[str, int, float, np.ndarray]]:
     return sorted(rows, key=lambda r: r[1])
 
 
-def topk_geojson(result: TopKResult, sources: dict[str, Path]) -> dict:
+def topk_geojson(
+    result: TopKResult, sources: dict[str, Path], model: str | Path | None = None
+) -> dict:
     """A GeoJSON FeatureCollection: one Polygon per patch in its view's source px."""
+    provenance = model_metadata(model)
+    named = {key: value for key, value in provenance.items() if value}
     features = []
     for view, rank, score, (x0, y0, x1, y1) in _rows(result):
         ring = [[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]
@@ -55,6 +63,8 @@ def topk_geojson(result: TopKResult, sources: dict[str, Path]) -> dict:
                     "image": str(sources.get(view, "")),
                     "rank": rank,
                     "score": score,
+                    "measurements": {"rank": float(rank), "score": score},
+                    **named,
                 },
             }
         )
@@ -62,6 +72,7 @@ def topk_geojson(result: TopKResult, sources: dict[str, Path]) -> dict:
         "type": "FeatureCollection",
         "features": features,
         "medvl": {
+            **provenance,
             "importance": np.asarray(result.importance, dtype=float).round(8).tolist(),
             "importance_frame": "candidate grid [G, G] over the breast image (CC top, MLO bottom)",
             "importance_cell_bounds": np.asarray(result.cell_bounds, dtype=float).tolist(),
@@ -70,9 +81,17 @@ def topk_geojson(result: TopKResult, sources: dict[str, Path]) -> dict:
     }
 
 
-def render_topk_png(result: TopKResult, breast: np.ndarray, max_side: int = 1536) -> bytes:
-    """PNG bytes: the breast image in gray, the importance map in red, boxes with their ranks."""
-    from PIL import Image, ImageDraw
+def render_topk_png(
+    result: TopKResult,
+    breast: np.ndarray,
+    max_side: int = 1536,
+    model: str | Path | None = None,
+) -> bytes:
+    """PNG bytes: the breast image in gray, the importance map in red, boxes with their ranks
+    (yellow on a black outline), and a footer naming ``model`` with its demo notice."""
+    from PIL import Image, ImageDraw, PngImagePlugin
+
+    from medvl_engine._export_image import with_footer
 
     image = np.clip(np.asarray(breast, dtype=np.float32), 0.0, 1.0)
     size = image.shape[0]
@@ -93,25 +112,42 @@ def render_topk_png(result: TopKResult, breast: np.ndarray, max_side: int = 1536
     draw.line([(0, size // 2), (size, size // 2)], fill=(80, 160, 255), width=max(size // 512, 1))
     width = max(size // 384, 1)
     for rank, (x0, y0, x1, y1) in enumerate(result.breast_boxes, start=1):
+        draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(0, 0, 0), width=width + 2)
         draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(255, 230, 0), width=width)
-        draw.text((x0 + 3, y0 + 2), str(rank), fill=(255, 230, 0))
+        draw.text(
+            (x0 + 3, y0 + 2), str(rank), fill=(255, 230, 0), stroke_width=1, stroke_fill=(0, 0, 0)
+        )
     if size > max_side:
         canvas = canvas.resize((max_side, max_side))
+    canvas = with_footer(canvas, model_footer(model))
+    info = PngImagePlugin.PngInfo()
+    for key, value in model_metadata(model).items():
+        if value:
+            info.add_itxt(f"medvl:{key}", value)
     buffer = io.BytesIO()
-    canvas.save(buffer, format="PNG")
+    canvas.save(buffer, format="PNG", pnginfo=info)
     return buffer.getvalue()
 
 
 def write_topk_outputs(
-    result: TopKResult, breast: np.ndarray, sources: dict[str, Path], outputs: Sequence[Path]
+    result: TopKResult,
+    breast: np.ndarray,
+    sources: dict[str, Path],
+    outputs: Sequence[Path],
+    model: str | Path | None = None,
 ) -> list[Path]:
-    """Write each output by its extension (.geojson, .csv + _importance.npy, .png); return paths."""
+    """Write each output by its extension (.geojson, .csv + _importance.npy, .png); return paths.
+
+    ``model`` (registry name or folder) is named in every file, with the demo notice for a
+    demo model.
+    """
+    label = list(model_metadata(model).values())
     written = []
     for path in outputs:
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix == ".geojson":
-            document = topk_geojson(result, sources)
+            document = topk_geojson(result, sources, model)
             written.append(
                 atomic_write_stream(path, lambda h, d=document: json.dump(d, h, indent=1))
             )
@@ -119,7 +155,9 @@ def write_topk_outputs(
 
             def write_csv(handle: IO[str]) -> None:
                 writer = csv.writer(handle)
-                writer.writerow(["view", "rank", "score", "x0", "y0", "x1", "y1", "image"])
+                writer.writerow(
+                    ["view", "rank", "score", "x0", "y0", "x1", "y1", "image", "model", "notice"]
+                )
                 for view, rank, score, box in _rows(result):
                     writer.writerow(
                         [
@@ -128,6 +166,7 @@ def write_topk_outputs(
                             f"{score:.6g}",
                             *[f"{v:.2f}" for v in box],
                             sources.get(view, ""),
+                            *label,
                         ]
                     )
 
@@ -141,7 +180,7 @@ def write_topk_outputs(
                 )
             )
         elif suffix == ".png":
-            data = render_topk_png(result, breast)
+            data = render_topk_png(result, breast, model=model)
             written.append(atomic_write_stream(path, lambda h, d=data: h.write(d), binary=True))
         else:
             raise ExportError(
