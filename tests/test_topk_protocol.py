@@ -4,6 +4,7 @@ train_fraction."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 
 import numpy as np
@@ -236,7 +237,9 @@ def _cohort_manifest(tmp_path):
     return manifest
 
 
-def test_eval_runs_k_sweep_and_linear_probe_on_a_manifest(tmp_path, capsys):
+def test_training_evaluates_val_only_and_eval_action_runs_k_sweep_and_probe_on_test(
+    tmp_path, capsys, monkeypatch
+):
     manifest = _cohort_manifest(tmp_path)
     task_config = TopKSigLIPTaskConfig(
         **tiny_values(),
@@ -246,21 +249,48 @@ def test_eval_runs_k_sweep_and_linear_probe_on_a_manifest(tmp_path, capsys):
         probe_steps=40,
         probe_eval_every=10,
         augment=False,
+        bootstrap_resamples=20,
     )
-    run = RunConfig(lr=1e-3, epochs=1, out_dir=str(tmp_path / "run"), progress=False)
+    run = RunConfig(
+        lr=1e-3, epochs=1, out_dir=str(tmp_path / "run"), progress=False, select_metric="roi_cases"
+    )
     task = build_task(task_config, run)
     assert "1 rows with BI-RADS 0 or 6 skipped" in capsys.readouterr().out
-    assert len(task.train_set) == 5 and len(task.probe_records) == 4
+    assert len(task.train_set) == 5 and len(task.eval_set) == 4
+    assert {r.split for r in task.train_set.records} == {"train"}
+    assert {r.split for r in task.eval_set.records} == {"val"}  # the task holds no test row
+    # training reads no manifest again: the test split is never asked for
+    import medvl_engine.training.topksiglip_task as task_module
+
+    asked = []
+    reader = task_module.read_mammo_manifest_contents
+    monkeypatch.setattr(
+        task_module,
+        "read_mammo_manifest_contents",
+        lambda *a, **k: asked.append(k.get("split")) or reader(*a, **k),
+    )
     summary = train(task, run)
+    assert asked == []
     assert np.isfinite(summary["losses"]).all()  # rows with missing labels train
     metrics = summary["evaluations"][-1]
     assert "auroc_cancer@k2" in metrics and "auroc_cancer@k5" in metrics
     assert not any(key.endswith("@k100") for key in metrics)  # above the 8x8 grid
-    assert 0.0 <= metrics["probe_auroc_cancer"] <= 1.0
-    assert 0.0 <= metrics["probe_auroc_density"] <= 1.0
+    assert not any(key.startswith("probe_") for key in metrics)  # the probe reads test: eval only
     report(task, summary)
     assert summary["skipped_birads_0_6"] == 1
     assert (summary["train_rows"], summary["train_rows_total"]) == (5, 5)
+
+    from medvl_engine.training.topksiglip_task import ACTIONS
+
+    assert ACTIONS["eval"](run, task_config) == 0
+    assert asked[-1] == "test"
+    saved = json.loads((tmp_path / "run" / "test_evaluation.json").read_text())
+    assert saved["test_breasts"] == 4 and saved["split"] == "test"
+    (model,) = saved["models"]
+    assert model["model"] == str(tmp_path / "run" / "best")
+    probe = model["metrics"]["probe_auroc_cancer"]
+    assert 0.0 <= probe["value"] <= 1.0
+    assert "auroc_cancer@k2" in model["metrics"]
     assert "probe_auroc_cancer" in capsys.readouterr().out
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "bootstrap_std",
     "pointing_game",
     "pointing_game_rate",
+    "weighted_average_precision",
 ]
 
 
@@ -71,6 +72,37 @@ def average_precision(labels: Sequence | np.ndarray, scores: Sequence | np.ndarr
     predicted = (np.arange(len(y)) + 1)[last_of_group]
     precision = true_positives / predicted
     recall = true_positives / y.sum()
+    previous_recall = np.r_[0.0, recall[:-1]]
+    return float(np.sum((recall - previous_recall) * precision))
+
+
+def weighted_average_precision(
+    scores: Sequence | np.ndarray,
+    positive: Sequence | np.ndarray,
+    negative: Sequence | np.ndarray,
+) -> float:
+    """:func:`average_precision` of items that stand for several samples each.
+
+    Item ``i`` stands for ``positive[i]`` positive and ``negative[i]`` negative samples that
+    all have the score ``scores[i]`` (e.g. a heatmap cell and the pixels it paints), so the
+    result equals ``average_precision`` of the expanded samples: ``sum_n (R_n - R_{n-1}) P_n``
+    over distinct score thresholds, tied scores entering together. All arrays ``[n]``.
+    """
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    pos = np.asarray(positive, dtype=np.float64).ravel()
+    neg = np.asarray(negative, dtype=np.float64).ravel()
+    if not s.shape == pos.shape == neg.shape:
+        raise ValueError(f"scores {s.shape}, positive {pos.shape}, negative {neg.shape} differ")
+    if pos.sum() <= 0 or neg.sum() <= 0:
+        raise ValueError("AUROC/AP need both positive and negative labels")
+    order = np.argsort(-s, kind="mergesort")
+    s, pos, neg = s[order], pos[order], neg[order]
+    last_of_group = np.r_[np.diff(s) != 0, True]
+    true_positives = np.cumsum(pos)[last_of_group]
+    predicted = np.cumsum(pos + neg)[last_of_group]
+    keep = predicted > 0
+    precision = true_positives[keep] / predicted[keep]
+    recall = true_positives[keep] / pos.sum()
     previous_recall = np.r_[0.0, recall[:-1]]
     return float(np.sum((recall - previous_recall) * precision))
 

@@ -26,6 +26,7 @@ __all__ = [
     "seed_out_dir",
     "selected_model_dirs",
     "mean_std_over_seeds",
+    "run_root",
 ]
 
 
@@ -96,3 +97,13 @@ def mean_std_over_seeds(
         if values:
             summary[key] = (float(np.mean(values)), float(np.std(values)), len(values))
     return summary
+
+
+def run_root(out_dir: str | Path) -> Path:
+    """The folder of the whole sweep: the parent of a ``seed-<s>`` run folder, else
+    ``out_dir`` itself (where files shared by the seeds' runs, e.g. a synthetic cohort, go)."""
+    path = Path(out_dir)
+    name = path.name
+    if name.startswith("seed-") and name[5:].lstrip("-").isdigit():
+        return path.parent
+    return path

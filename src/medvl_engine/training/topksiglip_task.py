@@ -6,7 +6,13 @@ objective for the Table 5 ablations) and ``L_dice`` the Soft Dice between the se
 (Eq. 6) on the ``G x G`` grid and the rasterised ROI boxes, over the samples that have ROIs.
 
 Data come from a breast-level manifest (:mod:`medvl_engine.data.mammo_manifest`) or, for the
-demo, from a synthetic cohort written once into ``synthetic_dir``.
+demo, from synthetic cohorts written once into ``synthetic_dir``.
+
+Protocol: three disjoint splits. Training reads ``train_split`` (or ``synthetic_train``
+breasts); every evaluation during training reads only ``eval_split`` (``synthetic_eval``
+breasts), which also selects ``best/``. The test split (``test_split`` / ``synthetic_test``)
+is read only by ``medvl-train topksiglip eval`` (:data:`ACTIONS`), which scores saved models
+on it with bootstrap intervals, next to trivial baselines and the linear probe.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from medvl_engine.training.distributed import gather_with_grad, shard_indices
 from medvl_engine.training.task import unwrap_model
 
 __all__ = [
+    "ACTIONS",
     "CONFIG_CLASS",
     "TopKSigLIPTask",
     "TopKSigLIPTaskConfig",
@@ -72,10 +79,12 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
 
     manifest: str | None = None  # breast-level CSV/JSONL; None with synthetic_train > 0
     train_split: str = "train"
-    eval_split: str = "val"
+    eval_split: str = "val"  # read by every evaluation during training; selects best/
+    test_split: str = "test"  # read only by the eval action
     synthetic_train: int = 0  # breasts of a synthetic training cohort (when no manifest)
-    synthetic_eval: int = 0  # held-out synthetic breasts for evaluate()
-    synthetic_dir: str | None = None  # where the cohort is written; default <out_dir>/synthetic
+    synthetic_eval: int = 0  # synthetic validation breasts (seed synthetic_seed + 1)
+    synthetic_test: int = 0  # synthetic test breasts (seed synthetic_seed + 2), eval action only
+    synthetic_dir: str | None = None  # where cohorts are written; default <run root>/synthetic
     synthetic_seed: int = 0
     synthetic_size: list[int] = dataclasses.field(default_factory=lambda: [1024, 640])  # rows, cols
     report_shuffle: bool = False  # shuffle the sentence order of each report in training
@@ -85,10 +94,9 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # Zero-shot readouts repeated with these k in each evaluation (Tables 1-2: 15, 30, 45);
     # values above grid * grid are left out with a note. [] for none.
     eval_k_sweep: list[int] = dataclasses.field(default_factory=lambda: [15, 30, 45])
-    # Linear probe on frozen image embeddings in each evaluation: fitted on train_split, the
-    # iteration chosen on eval_split, reported on probe_split (the paper's schedule below).
+    # Linear probe on frozen image embeddings, in the eval action only: fitted on train_split,
+    # the iteration chosen on eval_split, reported on test_split (the paper's schedule below).
     linear_probe: bool = True
-    probe_split: str = "test"
     probe_steps: int = 20_000
     probe_lr: float = 4e-3
     probe_weight_decay: float = 0.01
@@ -104,10 +112,20 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     vision_lr_scale: float = 1.0  # the ConvNeXt backbone trains at run.lr * vision_lr_scale
     seed: int = 0
     install_as: str | None = None  # registered name whose cache folder receives the final model
+    # A saved model (folder or registered name, e.g. topksiglip-demo) to start from instead of a
+    # new one (no lesion pretraining then); with run.epochs=0 it is evaluated as it is. The eval
+    # action scores it on the test split instead of the run's best/ models.
+    init_from: str | None = None
+    bootstrap_resamples: int = 1000  # eval action: resamples of the test breasts per interval
 
     def model_config(self) -> TopKSigLIPConfig:
+        """The model's fields; the contrastive objectives have no logit bias (it would be a
+        parameter without a gradient, which DistributedDataParallel refuses)."""
         names = [f.name for f in dataclasses.fields(TopKSigLIPConfig)]
-        return TopKSigLIPConfig(**{name: getattr(self, name) for name in names})
+        config = TopKSigLIPConfig(**{name: getattr(self, name) for name in names})
+        if config.objective != "sigmoid":
+            config = dataclasses.replace(config, logit_bias_init=None)
+        return config
 
 
 CONFIG_CLASS = TopKSigLIPTaskConfig
@@ -295,7 +313,6 @@ class TopKSigLIPTask:
             if eval_records
             else None
         )
-        self.probe_records = self._probe_records()
         self._loader, self._in_memory = loader, in_memory
         self._tokenizer = None
         self.lesion_pretrain_loss: float | None = None  # mean of its last 20 steps
@@ -329,28 +346,82 @@ class TopKSigLIPTask:
         )
         return train, evaluation
 
-    def _probe_records(self) -> list[MammoRecord]:
-        """Test rows of the linear probe (``probe_split`` of the manifest; none when synthetic)."""
+    def test_records(self) -> list[MammoRecord]:
+        """Rows of the test split (``test_split`` of the manifest, or ``synthetic_test``
+        breasts of seed ``synthetic_seed + 2``); read only by the eval action."""
         config = self.config
-        if not (config.linear_probe and config.manifest):
-            return []
-        contents = read_mammo_manifest_contents(config.manifest, split=config.probe_split)
-        return contents.records
+        if config.manifest:
+            records = read_mammo_manifest_contents(config.manifest, split=config.test_split).records
+            if not records:
+                raise ConfigError(
+                    f"manifest {config.manifest} has no rows of split {config.test_split!r}; "
+                    "give the test rows that split, or set task.test_split."
+                )
+            return records
+        if config.synthetic_test <= 0:
+            raise ConfigError(
+                "task.synthetic_test is 0, so there is no test split to evaluate; set e.g. "
+                "task.synthetic_test=96 (breasts never used in training or validation)."
+            )
+        size = (int(config.synthetic_size[0]), int(config.synthetic_size[1]))
+        return synthetic_records(
+            self._synthetic_folder() / "test",
+            config.synthetic_test,
+            config.synthetic_seed + 2,
+            "test",
+            size,
+        )
+
+    def dataset(self, records: list[MammoRecord]) -> MammoDataset:
+        """An unaugmented dataset of ``records`` read like the training data."""
+        return MammoDataset(
+            records,
+            self.geometry,
+            None,
+            seed=self.config.seed,
+            cache=self._in_memory,
+            loader=self._loader,
+        )
 
     def _synthetic_folder(self) -> Path:
-        """Cohort folder; its name carries the view size, seed and generator version."""
+        """Cohort folder; its name carries the view size, seed and generator version. The
+        default root is shared by the runs of a seed sweep (``<run root>/synthetic``)."""
         from medvl_engine.synthetic import MAMMO_GENERATOR_VERSION
+        from medvl_engine.training._seeds import run_root
 
         rows, cols = (int(v) for v in self.config.synthetic_size)
-        root = Path(self.config.synthetic_dir or self.out_dir / "synthetic")
+        root = Path(self.config.synthetic_dir or run_root(self.out_dir) / "synthetic")
         return root / f"{rows}x{cols}_seed{self.config.synthetic_seed}_g{MAMMO_GENERATOR_VERSION}"
 
     # -- task contract ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        model = build_topksiglip(self.config.model_config(), work_dir=self.out_dir / "tokenizer")
+        """A new model (then lesion pretraining when set), or the saved ``init_from`` model."""
+        if self.config.init_from:
+            model = self.load_saved(self.config.init_from)
+            model.train()
+            if self.progress is not None:
+                self.progress(f"starting from {self.config.init_from} (no lesion pretraining)")
+        else:
+            model = build_topksiglip(
+                self.config.model_config(), work_dir=self.out_dir / "tokenizer"
+            )
+            if self.config.lesion_pretrain_steps > 0:
+                self._pretrain_backbone(model)
         self._tokenizer = model.tokenizer
-        if self.config.lesion_pretrain_steps > 0:
-            self._pretrain_backbone(model)
+        return model
+
+    def load_saved(self, source: str | Path) -> TopKSigLIP:
+        """A saved model (folder or registered name) whose patch geometry is this task's."""
+        from medvl_engine.models.topksiglip import load_topksiglip
+
+        model = load_topksiglip(source)
+        if model.geometry != self.geometry:
+            raise ConfigError(
+                f"model {source} reads a {model.config.image_size} px image on a "
+                f"{model.config.grid}x{model.config.grid} grid, the config a "
+                f"{self.config.image_size} px image on a {self.config.grid}x{self.config.grid} "
+                "grid; evaluate it with the config it was trained with."
+            )
         return model
 
     def _pretrain_backbone(self, model: TopKSigLIP) -> None:
@@ -467,63 +538,46 @@ class TopKSigLIPTask:
             "logit_scale": inner.logit_scale.detach(),
         }
 
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Zero-shot AUROCs (at ``eval_k`` and each k of ``eval_k_sweep``), localisation, and
-        the linear probe (test AUROCs, ``probe_auroc_*``) when a ``probe_split`` exists."""
-        if self.eval_set is None:
-            return {}
-        from medvl_engine.evaluation.mammography import (
-            collect_outputs,
-            linear_probe_metrics,
-            localisation_metrics,
-            zero_shot_k_sweep,
-            zero_shot_metrics,
-        )
-
-        config = self.config
-        outputs = collect_outputs(model, self.eval_set, k=config.eval_k)
-        metrics = zero_shot_metrics(model, outputs)
-        metrics.update(localisation_metrics(outputs, model.geometry))
-        cells = config.grid * config.grid
-        sweep = [int(k) for k in config.eval_k_sweep if int(k) <= cells]
-        left_out = [int(k) for k in config.eval_k_sweep if int(k) > cells]
+    def _k_sweep(self) -> list[int]:
+        """The k of ``eval_k_sweep`` that fit the grid (the others are left out with a note)."""
+        cells = self.config.grid * self.config.grid
+        sweep = [int(k) for k in self.config.eval_k_sweep if int(k) <= cells]
+        left_out = [int(k) for k in self.config.eval_k_sweep if int(k) > cells]
         if left_out and self.progress is not None:
             self.progress(f"k sweep: k={left_out} left out (the grid has {cells} cells)")
-        metrics.update(zero_shot_k_sweep(model, self.eval_set, sweep))
-        if config.linear_probe and self.probe_records:
-            frozen = MammoDataset(
-                self.probe_train_records,
-                self.geometry,
-                None,
-                seed=config.seed,
-                loader=self._loader,
-            )
-            test = MammoDataset(
-                self.probe_records, self.geometry, None, seed=config.seed, loader=self._loader
-            )
-            metrics.update(
-                linear_probe_metrics(
-                    collect_outputs(model, frozen, k=config.eval_k),
-                    outputs,
-                    collect_outputs(model, test, k=config.eval_k),
-                    steps=config.probe_steps,
-                    lr=config.probe_lr,
-                    weight_decay=config.probe_weight_decay,
-                    batch_size=config.probe_batch_size,
-                    eval_every=config.probe_eval_every,
-                    seed=config.seed,
-                )
-            )
-        elif config.linear_probe and self.progress is not None:
-            self.progress(f"linear probe: no '{config.probe_split}' rows, left out")
+        return sweep
+
+    def evaluate_shard(self, model: nn.Module, rank: int, world_size: int) -> Any:
+        """This rank's share of the validation breasts (``rank::world_size``) as a
+        :class:`~medvl_engine.evaluation.mammography.ReadoutTable` (zero-shot at ``eval_k``
+        and each k of the sweep, localisation); None without validation breasts."""
+        if self.eval_set is None:
+            return None
+        from medvl_engine.evaluation.mammography import model_readouts
+
+        indices = range(rank, len(self.eval_set), world_size)
+        table, _ = model_readouts(
+            model, self.eval_set, indices, k=self.config.eval_k, k_sweep=self._k_sweep()
+        )
+        return table
+
+    def merge_evaluation(self, parts: list[Any]) -> dict[str, float]:
+        """Validation metrics over every rank's breasts: zero-shot AUROCs, k sweep
+        (``<metric>@k<k>``) and localisation. Never reads the test split."""
+        from medvl_engine.evaluation.mammography import ReadoutTable, readout_metrics
+
+        tables = [part for part in parts if part is not None and len(part)]
+        metrics = readout_metrics(ReadoutTable.concat(tables)) if tables else {}
         self.last_metrics = metrics
-        if self.progress is not None:
+        if self.progress is not None and metrics:
             shown = ("auroc_cancer", "auroc_findings_avg", "pointing_game")
-            values = ", ".join(
-                f"{key} {self.last_metrics.get(key, float('nan')):.2f}" for key in shown
-            )
-            self.progress(f"held-out evaluation: {values}")
-        return self.last_metrics
+            values = ", ".join(f"{key} {metrics.get(key, float('nan')):.2f}" for key in shown)
+            self.progress(f"validation: {values}")
+        return metrics
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Validation metrics in one process (:meth:`evaluate_shard` of all breasts)."""
+        return self.merge_evaluation([self.evaluate_shard(model, 0, 1)])
 
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:
         """Save a model folder; the final model also goes to the cache folder of ``install_as``."""
@@ -541,17 +595,30 @@ def build_task(task_config: TopKSigLIPTaskConfig, run_config: RunConfig) -> TopK
 
 def report(task: TopKSigLIPTask, summary: dict[str, Any]) -> None:
     """Store the skipped-row and training-row counts in ``summary``; print the last
-    evaluation's metrics (zero-shot, k sweep, localisation, linear probe) as a table."""
+    validation metrics (zero-shot, k sweep, localisation) as a table."""
     summary["skipped_birads_0_6"] = task.skipped_birads_0_6
     summary["train_rows"] = len(task.train_set)
     summary["train_rows_total"] = task.train_rows_total
     metrics = task.last_metrics
     if not metrics:
         return
-    print("TopKSigLIP held-out evaluation (AUROC chance = 0.5; *_chance = a random map's value)")
+    print(
+        "TopKSigLIP validation (last evaluation; AUROC chance = 0.5; *_chance = a random map's "
+        "value; test metrics: medvl-train topksiglip eval)"
+    )
     for key in sorted(metrics):
         value = metrics[key]
         shown = f"{value:.0f}" if key == "roi_cases" else f"{value:.3f}"
         print(f"  {key:<40} {shown}")
     if math.isfinite(summary.get("steps", float("nan"))):
         print(f"  {'trained steps':<40} {summary['steps']}")
+
+
+def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> int:
+    """``medvl-train topksiglip eval``: see :mod:`medvl_engine.training.topksiglip_eval`."""
+    from medvl_engine.training.topksiglip_eval import evaluate_test_split as run
+
+    return run(run_config, task_config)
+
+
+ACTIONS: dict[str, Callable[[RunConfig, TopKSigLIPTaskConfig], int]] = {"eval": evaluate_test_split}

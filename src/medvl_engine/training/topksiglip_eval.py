@@ -1,0 +1,209 @@
+"""``medvl-train topksiglip eval``: saved TopKSigLIP models scored once on the test split.
+
+Models: each seed's ``<run.out_dir>/seed-<s>/best`` with ``run.seeds`` (the model each run
+chose on validation), else ``<run.out_dir>/best``, or the one model ``task.init_from`` names
+(a folder or a registered name such as ``topksiglip-demo``).
+
+On the test breasts (``task.test_split`` / ``task.synthetic_test``), for each model: the
+zero-shot AUROCs (cancer, BI-RADS, findings, density; at ``eval_k`` and the k sweep), the
+Pointing Game and pixel AP, and the linear probe (fitted on the whole training split, its step
+chosen on validation), each with a 95% percentile-bootstrap interval over test breasts; then
+mean +- std over seeds; and beside them the trivial baselines on the same breasts
+(:mod:`medvl_engine.evaluation.mammo_baselines`: best signed intensity statistic per label,
+max-intensity map). Everything is printed and written to ``<run.out_dir>/test_evaluation.json``
+(atomically). Training never reads the test split; this is the only reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from medvl_engine._atomic import atomic_write
+from medvl_engine.training.config import RunConfig
+from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
+
+__all__ = ["evaluate_test_split", "LEVEL", "RESULT_NAME"]
+
+LEVEL = 0.95
+RESULT_NAME = "test_evaluation.json"
+# Shown first, in this order; the other metrics follow sorted by name.
+_HEADLINE = (
+    "auroc_cancer",
+    "auroc_birads_avg",
+    "auroc_findings_avg",
+    "auroc_density_avg",
+    "pointing_game",
+    "pixel_ap",
+)
+
+
+def _progress(message: str) -> None:
+    print(f"  .. {message}", flush=True)
+
+
+def _models(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> list[tuple[Any, str]]:
+    """``(seed or None, model folder or name)`` of each model to score."""
+    from medvl_engine.training._seeds import selected_model_dirs
+
+    if task_config.init_from:
+        return [(None, task_config.init_from)]
+    return [(seed, str(folder)) for seed, folder in selected_model_dirs(run_config)]
+
+
+def _probe_columns(task: TopKSigLIPTask, model, test_outputs) -> tuple:
+    """Linear-probe score columns on the test breasts (train fits, validation chooses)."""
+    from medvl_engine.evaluation.mammography import collect_outputs, probe_readouts
+
+    config = task.config
+    _progress(f"linear probe: embedding {len(task.probe_train_records)} training breasts")
+    train = collect_outputs(model, task.dataset(task.probe_train_records), k=config.eval_k)
+    val = collect_outputs(model, task.eval_set, k=config.eval_k) if task.eval_set else None
+    _progress(f"linear probe: {config.probe_steps} steps per task")
+    return probe_readouts(
+        train,
+        val,
+        test_outputs,
+        steps=config.probe_steps,
+        lr=config.probe_lr,
+        weight_decay=config.probe_weight_decay,
+        batch_size=config.probe_batch_size,
+        eval_every=config.probe_eval_every,
+        seed=config.seed,
+    )
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _interval_record(values: tuple[float, float, float, float]) -> dict[str, float | None]:
+    point, low, high, std = values
+    return {
+        "value": _finite(point),
+        "low": _finite(low),
+        "high": _finite(high),
+        "std": _finite(std),
+    }
+
+
+def _ordered(keys: set[str]) -> list[str]:
+    first = [key for key in _HEADLINE if key in keys]
+    return first + sorted(keys - set(first))
+
+
+def _shown(values: tuple[float, float, float, float] | None, key: str) -> str:
+    if values is None:
+        return "-"
+    point, low, high, _ = values
+    if key == "roi_cases":
+        return f"{point:.0f}"
+    if not math.isfinite(low):
+        return f"{point:.3f}"
+    return f"{point:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _print_report(
+    per_model: list[dict[str, Any]],
+    over_seeds: dict[str, tuple[float, float, int]],
+    baseline: dict[str, tuple[float, float, float, float]],
+    chosen: dict[str, str],
+    test_breasts: int,
+) -> None:
+    headers = ["model" if entry["seed"] is None else f"seed {entry['seed']}" for entry in per_model]
+    print(
+        f"TopKSigLIP test split: {test_breasts} breasts, never read in training; "
+        f"value [{LEVEL:.0%} bootstrap interval over breasts]; AUROC chance = 0.5"
+    )
+    for header, entry in zip(headers, per_model, strict=True):
+        print(f"  {header}: {entry['model']}")
+    columns = [*headers, f"mean +- std ({len(per_model)})", "baseline (no training)"]
+    width = 24
+    print(f"  {'metric':<30}" + "".join(f"{c:<{width}}" for c in columns) + "baseline reads")
+    keys = set(baseline)
+    for entry in per_model:
+        keys |= set(entry["metrics"])
+    for key in _ordered(keys):
+        cells = [_shown(entry["metrics"].get(key), key) for entry in per_model]
+        if key in over_seeds:
+            mean, std, count = over_seeds[key]
+            cells.append(
+                f"{mean:.3f} +- {std:.3f}" + (f" (n={count})" if count < len(headers) else "")
+            )
+        else:
+            cells.append("-")
+        cells.append(_shown(baseline.get(key), key))
+        reads = chosen.get(
+            key, "max-intensity map" if key.startswith(("pointing", "pixel")) else ""
+        )
+        print(f"  {key:<30}" + "".join(f"{c:<{width}}" for c in cells) + reads)
+
+
+def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> int:
+    """Score the saved model(s) on the test split; print and write the report; exit status."""
+    from medvl_engine.evaluation.mammo_baselines import baseline_readouts
+    from medvl_engine.evaluation.mammography import bootstrap_readouts, model_readouts
+    from medvl_engine.training._seeds import mean_std_over_seeds
+
+    models = _models(run_config, task_config)
+    task = TopKSigLIPTask(task_config, run_config)
+    task.progress = _progress
+    test_set = task.dataset(task.test_records())
+    resamples, seed = task_config.bootstrap_resamples, task_config.seed
+    _progress(f"trivial baselines on {len(test_set)} test breasts")
+    baseline_table, chosen = baseline_readouts(test_set, task.geometry)
+    baseline = bootstrap_readouts(baseline_table, resamples, seed, LEVEL)
+    per_model = []
+    for model_seed, source in models:
+        _progress(f"scoring {source}")
+        model = task.load_saved(source)
+        table, outputs = model_readouts(
+            model, test_set, k=task_config.eval_k, k_sweep=task._k_sweep()
+        )
+        if task_config.linear_probe:
+            table = table.with_scores(*_probe_columns(task, model, outputs))
+        per_model.append(
+            {
+                "seed": model_seed,
+                "model": source,
+                "metrics": bootstrap_readouts(table, resamples, seed, LEVEL),
+            }
+        )
+    over_seeds = mean_std_over_seeds(
+        [{key: values[0] for key, values in entry["metrics"].items()} for entry in per_model]
+    )
+    _print_report(per_model, over_seeds, baseline, chosen, len(test_set))
+    result = {
+        "split": task_config.test_split if task_config.manifest else "synthetic_test",
+        "test_breasts": len(test_set),
+        "level": LEVEL,
+        "bootstrap_resamples": resamples,
+        "bootstrap_seed": seed,
+        "models": [
+            {
+                "seed": entry["seed"],
+                "model": entry["model"],
+                "metrics": {k: _interval_record(v) for k, v in entry["metrics"].items()},
+            }
+            for entry in per_model
+        ],
+        "mean_std_over_seeds": {
+            key: {"mean": mean, "std": std, "seeds": count}
+            for key, (mean, std, count) in over_seeds.items()
+        },
+        "baseline": {
+            "metrics": {k: _interval_record(v) for k, v in baseline.items()},
+            "reads": chosen,
+        },
+    }
+    out_dir = Path(run_config.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = atomic_write(
+        out_dir / RESULT_NAME,
+        lambda temporary: temporary.write_text(json.dumps(result, indent=2), encoding="utf-8"),
+        what="test evaluation",
+    )
+    print(f"written: {path}")
+    return 0
