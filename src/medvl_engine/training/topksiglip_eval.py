@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,12 @@ def _print_report(
 
 
 def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> int:
-    """Score the saved model(s) on the test split; print and write the report; exit status."""
+    """Score the saved model(s) on the test split; print and write the report; exit status.
+
+    Runs in one process; started under torchrun, ranks other than 0 return at once.
+    """
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
     from medvl_engine.evaluation.mammo_baselines import baseline_readouts
     from medvl_engine.evaluation.mammography import bootstrap_readouts, model_readouts
     from medvl_engine.training._seeds import mean_std_over_seeds
