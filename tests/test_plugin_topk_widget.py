@@ -109,15 +109,157 @@ def test_topk_with_a_missing_model_names_it_in_one_sentence(
     assert not any(layer.name.startswith("TopK") for layer in viewer.layers)
 
 
-def test_topk_with_more_patches_than_candidates_says_so(
-    make_napari_viewer, qtbot, mammo_case, tiny_topk
+def test_k_box_maximum_follows_the_model_and_the_engine_refuses_more(
+    make_napari_viewer, mammo_case, tiny_topk
 ):
     viewer = make_napari_viewer()
     _open_views(viewer, mammo_case)
     widget = TopKWidget(viewer)
-    widget.model.value = str(tiny_topk)
-    widget.k.value = 65  # the tiny model has an 8 x 8 grid
+    widget.k.value = 200
+    widget.model.value = str(tiny_topk)  # an 8 x 8 grid: 64 candidates
+    assert widget.k.max == 64 and widget.k.value == 64
+    with pytest.raises(ValueError, match="outside of the allowed range"):
+        widget.k.value = 65
+
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.io.mammo import open_mammogram
+    from napari_medvl._topk_job import TopKRequest, topk_job
+
+    request = TopKRequest(
+        open_mammogram(mammo_case.cc_path), open_mammogram(mammo_case.mlo_path), str(tiny_topk), 65
+    )
+    with pytest.raises(ConfigError, match="exceeds the 64 candidate patches"):
+        for _ in topk_job(request, {}):
+            pass
+
+
+def test_a_pair_of_two_patients_is_refused_before_any_model_loads(
+    make_napari_viewer, tmp_path, mammo_case
+):
+    from medvl_engine.synthetic import make_mammogram_case
+
+    other = make_mammogram_case(tmp_path, seed=8, laterality="L", size=(512, 320), exam_id="other")
+    viewer = make_napari_viewer()
+    npe2.PluginManager.instance().discover()
+    cc = viewer.open(str(mammo_case.cc_path), plugin="napari-medvl")[0]
+    mlo = viewer.open(str(other.mlo_path), plugin="napari-medvl")[0]
+    widget = TopKWidget(viewer)
+    widget.cc_choice.value, widget.mlo_choice.value = cc, mlo
     before = len(notification_manager.records)
-    assert widget.run() is not None
+    assert widget.run() is None
+    message = notification_manager.records[before].message
+    assert "are from different patients" in message
+    assert widget.controls.status.value.startswith("Refused:")
+    assert not widget.runner.running
+
+
+def test_four_views_hang_with_chest_walls_facing_and_boxes_follow(
+    make_napari_viewer, qtbot, tmp_path, mammo_case, tiny_topk
+):
+    from medvl_engine.synthetic import make_mammogram_case
+
+    right = make_mammogram_case(
+        tmp_path, seed=3, laterality="R", size=(512, 320), exam_id=mammo_case.cc_path.stem[:-5]
+    )
+    viewer = make_napari_viewer()
+    npe2.PluginManager.instance().discover()
+    for path in (mammo_case.cc_path, mammo_case.mlo_path, right.cc_path, right.mlo_path):
+        viewer.open(str(path), plugin="napari-medvl")
+    widget = TopKWidget(viewer)
+    widget.model.value = str(tiny_topk)
+    widget.k.value = 4
+    widget.cc_choice.value, widget.mlo_choice.value = viewer.layers["L CC"], viewer.layers["L MLO"]
+    widget.run()
     helpers.wait_for_runner(qtbot, widget.runner)
-    assert "exceeds the 64 candidate patches" in notification_manager.records[before].message
+    assert widget.runner.last_error is None, widget.runner.last_error
+
+    assert widget.hang() is not None
+    helpers.wait_for_runner(qtbot, widget._hang_runner)
+    gap = MAMMOGRAM_GAP_PX
+    for name, (top, left, right_edge) in {
+        "R CC": (0, -gap / 2 - 320, -gap / 2),
+        "L CC": (0, gap / 2, gap / 2 + 320),
+        "R MLO": (512 + gap, -gap / 2 - 320, -gap / 2),
+        "L MLO": (512 + gap, gap / 2, gap / 2 + 320),
+    }.items():
+        layer = viewer.layers[name]
+        h, w = layer.data.shape
+        corners = np.array([layer.data_to_world(p) for p in ((-0.5, -0.5), (h - 0.5, w - 0.5))])
+        (y0, x0), (y1, x1) = corners.min(axis=0), corners.max(axis=0)
+        assert (y0, x0) == pytest.approx((top, left)), name
+        assert (y1, x1) == pytest.approx((top + 512, right_edge)), name
+        # the breast's chest wall (the side with more tissue) lies towards the midline x = 0
+        pixels = layer.data
+        first_col = layer.data_to_world((0, 0))[1]
+        last_col = layer.data_to_world((0, pixels.shape[1] - 1))[1]
+        chest_col = 0 if pixels[:, 0].mean() > pixels[:, -1].mean() else pixels.shape[1] - 1
+        chest_x = first_col if chest_col == 0 else last_col
+        other_x = last_col if chest_col == 0 else first_col
+        assert abs(chest_x) < abs(other_x), name
+    # the TopK boxes were redrawn through the hung frames: still on their source px
+    result = widget.last_outcome.result
+    for view in ("CC", "MLO"):
+        layer = viewer.layers[f"L {view}"]
+        boxes = viewer.layers[f"TopK L boxes {view}"]
+        for rectangle, (bx0, by0, bx1, by1) in zip(boxes.data, result.boxes[view], strict=True):
+            expected = [layer.data_to_world((y, x)) for y, x in ((by0, bx0), (by1, bx1))]
+            np.testing.assert_allclose(rectangle.min(axis=0), np.min(expected, axis=0) - [0.5, 0.5])
+            np.testing.assert_allclose(rectangle.max(axis=0), np.max(expected, axis=0) - [0.5, 0.5])
+
+
+def test_rank_labels_sit_on_dark_plates_and_window_resets_to_voi(
+    make_napari_viewer, qtbot, mammo_case, tiny_topk
+):
+    viewer = make_napari_viewer()
+    cc, mlo = _open_views(viewer, mammo_case)
+    widget = TopKWidget(viewer)
+    widget.model.value = str(tiny_topk)
+    widget.k.value = 6
+    widget.run()
+    helpers.wait_for_runner(qtbot, widget.runner)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    names = [layer.name for layer in viewer.layers]
+    shown = 0
+    for view in ("CC", "MLO"):
+        boxes = viewer.layers[f"TopK L boxes {view}"]
+        labels = viewer.layers[f"TopK L labels {view}"]
+        # drawn above the importance map and the boxes, dark plates with white text
+        assert names.index(labels.name) > names.index(boxes.name)
+        assert names.index(boxes.name) > names.index(f"TopK L importance {view}")
+        assert len(labels.data) == len(boxes.data)
+        if len(labels.data):
+            np.testing.assert_allclose(labels.face_color[:, :3], 0.0)
+            assert labels.face_color[:, 3].min() >= 0.75
+        np.testing.assert_allclose(labels.text.color.constant[:3], 1.0)
+        np.testing.assert_array_equal(labels.features["rank"], boxes.features["rank"])
+        assert all(text.startswith("#") for text in labels.text.values)
+        shown += len(labels.data)
+        for plate, box in zip(labels.data, boxes.data, strict=True):  # the top band of its box
+            assert plate.min(axis=0) == pytest.approx(box.min(axis=0))
+            assert plate.max(axis=0)[1] == pytest.approx(box.max(axis=0)[1])
+            assert plate.max(axis=0)[0] < box.max(axis=0)[0]
+    assert shown == 6
+    cc.contrast_limits = (0.3, 0.6)
+    mlo.contrast_limits = (0.1, 0.2)
+    widget.reset_window()
+    assert tuple(cc.contrast_limits) == (0.0, 1.0) and tuple(mlo.contrast_limits) == (0.0, 1.0)
+    assert "VOI" in widget.controls.status.value
+
+
+def test_status_line_names_a_failure_and_the_demo_notice(
+    make_napari_viewer, qtbot, tmp_path, mammo_case
+):
+    from medvl_engine.demo_models import DEMO_NOTICE
+
+    viewer = make_napari_viewer()
+    _open_views(viewer, mammo_case)
+    widget = TopKWidget(viewer)
+    assert widget.model.value == "topksiglip-demo"
+    assert widget.controls.notice.value == DEMO_NOTICE
+    assert not widget.controls.notice.native.isHidden()
+    widget.model.value = str(tmp_path / "no-such-topk")
+    assert widget.controls.notice.value == "" and widget.controls.notice.native.isHidden()
+    widget.run()
+    helpers.wait_for_runner(qtbot, widget.runner)
+    assert widget.controls.status.value.startswith("Failed:")
+    assert "no-such-topk" in widget.controls.status.value

@@ -1,17 +1,45 @@
-"""Dock widget "Mammogram TopK": CC and MLO layers, a model, K -> boxes, importance, readouts."""
+"""Dock widget "Mammogram TopK": a CC + MLO pair, a model, K -> ranked boxes, importance, readouts.
+
+Also the reading-room habits: "Hang views" places the R CC, L CC, R MLO and L MLO layers in
+the usual four-view layout with the chest walls facing (see :mod:`._mammo_hanging`; the
+chest-wall side is measured off the GUI thread), and "Reset window" puts every mammogram
+back on its DICOM VOI window (the display pipeline maps that window to 0..1). K's maximum
+follows the chosen model's candidate patches. Ctrl+Enter runs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
-from magicgui.widgets import ComboBox, Container, LineEdit, SpinBox, TextEdit
+from magicgui.widgets import ComboBox, Container, PushButton, SpinBox, TextEdit
 
-from napari_medvl._layers import MAMMOGRAM_KIND, WorldFrame, topk_layers
+from napari_medvl._layers import MAMMOGRAM_KIND, WorldFrame
+from napari_medvl._mammo_hanging import hang_views
+from napari_medvl._mammo_layers import readable_topk_layers
+from napari_medvl._model_picker import ModelPicker
 from napari_medvl._notify import report_error
+from napari_medvl._progress import Progress
 from napari_medvl._topk_job import TopKOutcome, TopKRequest, format_readouts, topk_job
 from napari_medvl._widget_common import JobControls, layers_of_kind, upsert_layer
 
-__all__ = ["TopKWidget"]
+__all__ = ["DEFAULT_MODEL", "TopKWidget"]
+
+DEFAULT_MODEL = "topksiglip-demo"
+_K_LIMIT_UNKNOWN = 256
+
+
+def _measure_sides(
+    items: list[tuple[Any, Any, str]], cancel: Any = None
+) -> Generator[Progress, None, dict[Any, str]]:
+    """Chest-wall side of each (layer, pixels, laterality), off the GUI thread."""
+    from medvl_engine.io.mammo import chest_wall_side
+
+    sides = {}
+    for done, (layer, pixels, laterality) in enumerate(items):
+        yield Progress("finding chest walls", done, len(items))
+        sides[layer] = chest_wall_side(pixels, laterality)
+    return sides
 
 
 class TopKWidget(Container):
@@ -22,8 +50,10 @@ class TopKWidget(Container):
         self.models: dict[str, Any] = {}
         self.cc_choice = ComboBox(label="CC", choices=self._mammogram_choices, nullable=True)
         self.mlo_choice = ComboBox(label="MLO", choices=self._mammogram_choices, nullable=True)
-        self.model = LineEdit(label="model", value="topksiglip-demo")
-        self.k = SpinBox(label="K", value=15, min=1, max=256)
+        self.model = ModelPicker("topksiglip", DEFAULT_MODEL)
+        self.k = SpinBox(label="K", value=15, min=1, max=_K_LIMIT_UNKNOWN)
+        self.hang_button = PushButton(text="Hang views (R | L, CC over MLO)")
+        self.reset_window_button = PushButton(text="Reset window (DICOM VOI)")
         self.controls = JobControls(run_text="Run TopK")
         self.readouts = TextEdit(label="zero-shot", value="")
         self.readouts.native.setReadOnly(True)
@@ -33,17 +63,30 @@ class TopKWidget(Container):
                 self.mlo_choice,
                 self.model,
                 self.k,
+                Container(
+                    widgets=[self.hang_button, self.reset_window_button],
+                    layout="horizontal",
+                    labels=False,
+                ),
                 self.controls,
                 self.readouts,
             ]
         )
         self.last_outcome: TopKOutcome | None = None
+        self.outcomes: dict[str | None, TopKOutcome] = {}
         self.runner = self.controls.bind(self._show_outcome)
+        self._hang_runner = JobControls().bind(self._apply_hanging)
         self.controls.run_button.changed.connect(self.run)
+        self.hang_button.changed.connect(self.hang)
+        self.reset_window_button.changed.connect(self.reset_window)
+        self.model.combo.changed.connect(self._model_changed)
+        self.controls.bind_run_key(self.run, self.native)
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
         self._refresh_choices()
+        self._model_changed()
 
+    # --- choices -------------------------------------------------------------------------
     def _mammogram_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
         return layers_of_kind(self._viewer, MAMMOGRAM_KIND)
 
@@ -59,6 +102,23 @@ class TopKWidget(Container):
                 if matching:
                     choice.value = matching[-1]
 
+    def _model_changed(self, _value: Any = None) -> None:
+        """K's maximum follows the model's candidate patches; the status line shows its notice."""
+        from medvl_engine._model_catalog import topk_candidates
+        from medvl_engine.demo_models import demo_notice_for
+
+        candidates = topk_candidates(self.model.value)
+        self.set_k_limit(candidates or _K_LIMIT_UNKNOWN)
+        self.controls.set_notice(demo_notice_for(self.model.value))
+
+    def set_k_limit(self, candidates: int) -> None:
+        """Cap K at ``candidates`` (lowering the current K when above)."""
+        if self.k.value > candidates:
+            self.k.value = candidates
+        self.k.max = candidates
+        self.k.tooltip = f"patches to mark, at most the model's {candidates} candidates"
+
+    # --- run -----------------------------------------------------------------------------
     def request(self) -> TopKRequest | None:
         from medvl_engine.errors import ConfigError
 
@@ -74,29 +134,110 @@ class TopKWidget(Container):
         return TopKRequest(
             cc=cc.metadata["mammogram"],
             mlo=mlo.metadata["mammogram"],
-            model=self.model.value.strip() or "topksiglip-demo",
+            model=self.model.value.strip() or DEFAULT_MODEL,
             k=int(self.k.value),
         )
 
     def run(self, _value: Any = None) -> Any:
-        """Start TopK on the chosen views (cancelling a running job); returns the worker or None."""
+        """Start TopK on the chosen views (cancelling a running job); returns the worker or None.
+
+        A pair the engine refuses (other patient, study or breast, two views of one kind) is
+        refused here at once with the engine's sentence, before any model loads.
+        """
+        from medvl_engine.errors import MedVLError
+        from medvl_engine.io.mammo import check_pair
+
         request = self.request()
         if request is None:
             return None
+        try:
+            check_pair(request.cc, request.mlo)
+        except MedVLError as error:
+            self.controls.status.value = f"Refused: {error}"
+            report_error(error)
+            return None
         return self.runner.start(topk_job, request, self.models)
 
-    def _show_outcome(self, outcome: TopKOutcome) -> None:
-        self.last_outcome = outcome
+    def _frames(self) -> dict[str, WorldFrame]:
+        """World frames of the chosen CC and MLO layers."""
         cc, mlo = self.cc_choice.value, self.mlo_choice.value
-        frames = {
+        return {
             "CC": WorldFrame.from_dict(cc.metadata["world_frame"]),
             "MLO": WorldFrame.from_dict(mlo.metadata["world_frame"]),
         }
-        laterality = cc.metadata.get("laterality")
-        sources = {"CC": cc.metadata.get("path"), "MLO": mlo.metadata.get("path")}
-        for layer_data in topk_layers(
+
+    def _draw(self, outcome: TopKOutcome, frames: dict[str, WorldFrame]) -> None:
+        laterality = outcome.breast.laterality
+        sources = {"CC": str(outcome.request.cc.path), "MLO": str(outcome.request.mlo.path)}
+        for layer_data in readable_topk_layers(
             outcome.result, outcome.breast, frames, laterality, sources=sources
         ):
             upsert_layer(self._viewer, layer_data)
+
+    def _show_outcome(self, outcome: TopKOutcome) -> None:
+        from medvl_engine.demo_models import demo_notice_for
+
+        self.last_outcome = outcome
+        candidates = self.models[outcome.request.model].geometry.num_candidates
+        self.set_k_limit(int(candidates))
+        self.outcomes[outcome.breast.laterality] = outcome
+        self._draw(outcome, self._frames_of(outcome) or self._frames())
         self.readouts.value = format_readouts(outcome.result.zero_shot)
-        self.controls.status.value = f"Top {outcome.request.k} patches shown."
+        notice = demo_notice_for(outcome.request.model)
+        self.controls.set_notice(notice)
+        status = f"Top {outcome.request.k} patches shown ({outcome.request.model})."
+        self.controls.status.value = f"{status} {notice}." if notice else status
+
+    # --- reading-room layout ----------------------------------------------------------------
+    def hang(self, _value: Any = None) -> Any:
+        """Measure chest-wall sides off the GUI thread, then hang the views; returns the worker."""
+        items = [
+            (layer, layer.data, layer.metadata.get("laterality"))
+            for _, layer in self._mammogram_choices()
+            if layer.metadata.get("chest_wall") not in ("left", "right")
+        ]
+        return self._hang_runner.start(_measure_sides, items)
+
+    def _apply_hanging(self, sides: dict[Any, str]) -> None:
+        for layer, side in sides.items():
+            layer.metadata["chest_wall"] = side
+        hung, skipped = hang_views(self._viewer)
+        for outcome in self.outcomes.values():  # boxes follow their views
+            frames = self._frames_of(outcome)
+            if frames is not None:
+                self._draw(outcome, frames)
+        self._viewer.reset_view()
+        message = f"Hung {len(hung)} view(s)."
+        if skipped:
+            message += (
+                f" Left in place (view or side unknown, or a second copy): {', '.join(skipped)}."
+            )
+        self.controls.status.value = message
+
+    def _frames_of(self, outcome: TopKOutcome) -> dict[str, WorldFrame] | None:
+        frames = {}
+        for view, mammogram in (("CC", outcome.request.cc), ("MLO", outcome.request.mlo)):
+            layer = next(
+                (
+                    layer
+                    for _, layer in self._mammogram_choices()
+                    if layer.metadata.get("mammogram") is mammogram
+                ),
+                None,
+            )
+            if layer is None:
+                return None
+            frames[view] = WorldFrame.from_dict(layer.metadata["world_frame"])
+        return frames
+
+    def reset_window(self, _value: Any = None) -> None:
+        """Every mammogram back on its DICOM VOI window (display values 0..1) and gray map."""
+        for _, layer in self._mammogram_choices():
+            layer.contrast_limits = (0.0, 1.0)
+            layer.gamma = 1.0
+        names = {
+            layer.metadata["mammogram"].voi
+            for _, layer in self._mammogram_choices()
+            if layer.metadata.get("mammogram") is not None
+        }
+        self.controls.status.value = f"Window reset to the file's VOI ({', '.join(sorted(names))})."

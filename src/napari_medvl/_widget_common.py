@@ -46,11 +46,13 @@ class JobControls(Container):
         self.cancel_button = PushButton(text="Cancel", enabled=False)
         self.progress = ProgressBar(value=0, min=0, max=1, visible=False)
         self.status = Label(value="")
+        self.notice = Label(value="", visible=False)
         super().__init__(
             widgets=[
                 Container(widgets=[self.run_button, self.cancel_button], layout="horizontal"),
                 self.progress,
                 self.status,
+                self.notice,
             ],
             labels=False,
         )
@@ -67,12 +69,41 @@ class JobControls(Container):
             self.runner.cancel()
             self.status.value = "Cancelled."
 
+    def set_notice(self, notice: str | None) -> None:
+        """Show the model's notice (e.g. the demo-model notice) under the status line."""
+        self.notice.value = notice or ""
+        self.notice.visible = bool(notice)
+
     def set_running(self, running: bool) -> None:
         self.cancel_button.enabled = running
         self.progress.visible = running
         if running:
             self.progress.max = 0  # busy until a total is known
             self.status.value = "Working..."
+        elif self.runner is not None and self.runner.last_error is not None:
+            from medvl_engine.errors import MedVLError
+
+            error = self.runner.last_error
+            sentence = str(error) if isinstance(error, MedVLError) else type(error).__name__
+            self.status.value = f"Failed: {sentence}"
+        elif self.status.value == "Working..." or self.status.value.endswith("..."):
+            self.status.value = "Stopped."
+
+    def bind_run_key(self, action: Any, dock: Any, sequence: str = "Ctrl+Return") -> Any:
+        """Run ``action`` on ``sequence`` while focus is anywhere in ``dock`` (a Qt widget)."""
+        from qtpy.QtCore import Qt
+        from qtpy.QtGui import QKeySequence
+
+        try:
+            from qtpy.QtGui import QShortcut
+        except ImportError:  # Qt5 keeps it in QtWidgets
+            from qtpy.QtWidgets import QShortcut
+
+        shortcut = QShortcut(QKeySequence(sequence), dock)
+        shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        shortcut.activated.connect(action)
+        self.run_button.tooltip = f"{self.run_button.text} ({sequence.replace('Return', 'Enter')})"
+        return shortcut
 
     def show_progress(self, report: Progress) -> None:
         if report.total > 0:
