@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from medvl_engine._atomic import atomic_write
 from medvl_engine.training.config import RunConfig
 from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
@@ -52,6 +54,13 @@ def _models(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> list[tu
     if task_config.init_from:
         return [(None, task_config.init_from)]
     return [(seed, str(folder)) for seed, folder in selected_model_dirs(run_config)]
+
+
+def _device(requested: str) -> torch.device:
+    """``run.device``; ``auto`` = the first CUDA device when there is one, else the CPU."""
+    if requested != "auto":
+        return torch.device(requested)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _probe_columns(task: TopKSigLIPTask, model, test_outputs) -> tuple:
@@ -145,7 +154,8 @@ def _print_report(
 def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> int:
     """Score the saved model(s) on the test split; print and write the report; exit status.
 
-    Runs in one process; started under torchrun, ranks other than 0 return at once.
+    Runs in one process, on ``run.device`` (auto: the GPU when there is one); started under
+    torchrun, ranks other than 0 return at once.
     """
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
@@ -154,6 +164,7 @@ def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig
     from medvl_engine.training._seeds import mean_std_over_seeds
 
     models = _models(run_config, task_config)
+    device = _device(run_config.device)
     task = TopKSigLIPTask(task_config, run_config)
     task.progress = _progress
     test_set = task.dataset(task.test_records())
@@ -164,7 +175,7 @@ def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig
     per_model = []
     for model_seed, source in models:
         _progress(f"scoring {source}")
-        model = task.load_saved(source)
+        model = task.load_saved(source, device)
         table, outputs = model_readouts(
             model, test_set, k=task_config.eval_k, k_sweep=task._k_sweep()
         )

@@ -410,11 +410,11 @@ class TopKSigLIPTask:
         self._tokenizer = model.tokenizer
         return model
 
-    def load_saved(self, source: str | Path) -> TopKSigLIP:
+    def load_saved(self, source: str | Path, device: str | torch.device = "cpu") -> TopKSigLIP:
         """A saved model (folder or registered name) whose patch geometry is this task's."""
         from medvl_engine.models.topksiglip import load_topksiglip
 
-        model = load_topksiglip(source)
+        model = load_topksiglip(source, device=device)
         if model.geometry != self.geometry:
             raise ConfigError(
                 f"model {source} reads a {model.config.image_size} px image on a "
