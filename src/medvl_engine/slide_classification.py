@@ -1,0 +1,185 @@
+"""Zero-shot slide classification with its explanation: class scores and attention maps.
+
+LIMIT Eq. 1-2 and 5. Patch features v_i [N, D] (L2-normalised, as the feature store holds
+them) and class embeddings c_k [K, D] (normalised mean of a class's prompt embeddings):
+
+    alpha_ki = softmax_i(v_i . c_k / tau_attn)          (report-guided attention, [K, N])
+    h_W(c_k) = sum_i alpha_ki v_i                        (class-conditioned slide embedding)
+    score_k  = cos(h_W(c_k), c_k),   y = argmax_k score_k
+
+The scores are exactly :func:`medvl_engine.heatmap.classify_slide`'s; what this module adds
+is alpha, the patches each class's answer rests on, placed on the slide as a Heatmap of
+``alpha_ki * N`` (1 = the weight every patch would get under uniform attention).
+
+Class presets follow the paper's zero-shot tasks: the SPIDER-C unified classes per organ
+(Tumor, Stroma, Inflammation, Necrosis, Epithelium, Vascular, Fat; plus Nerve and Skin
+adnexa for skin, Mucin for colorectal) and the CAMELYON16 lymph-node categories of its
+Fig. 2, each with the tissue type prepended (the CPath convention the paper follows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from medvl_engine.errors import ConfigError, DataError
+
+__all__ = [
+    "CLASS_PRESETS",
+    "SlideClassification",
+    "attention_heatmap",
+    "classify_with_attention",
+    "preset_prompts",
+]
+
+_SPIDER_C = ("tumor", "stroma", "inflammation", "necrosis", "epithelium", "vascular", "fat")
+
+CLASS_PRESETS: dict[str, tuple[str, ...]] = {
+    "breast (SPIDER-C)": tuple(f"breast {name}" for name in _SPIDER_C),
+    "colorectal (SPIDER-C)": tuple(f"colorectal {name}" for name in (*_SPIDER_C, "mucin")),
+    "skin (SPIDER-C)": tuple(f"skin {name}" for name in (*_SPIDER_C, "nerve", "adnexa")),
+    "thorax (SPIDER-C)": tuple(f"thorax {name}" for name in _SPIDER_C),
+    "lymph node (CAMELYON16)": (
+        "lymph node metastasis",
+        "lymph node adipose tissue",
+        "lymph node lymphocytes",
+    ),
+    "synthetic demo slide": ("tumor", "stroma", "adipose"),
+}
+"""Preset name -> class prompts (one prompt per class)."""
+
+
+def preset_prompts(name: str) -> tuple[str, ...]:
+    """The class prompts of preset ``name``; a ConfigError naming the presets otherwise."""
+    if name not in CLASS_PRESETS:
+        raise ConfigError(
+            f"{name!r} is not a class preset; use one of: {', '.join(CLASS_PRESETS)}."
+        )
+    return CLASS_PRESETS[name]
+
+
+@dataclass
+class SlideClassification:
+    """Class names in the order given, their scores [K], attention [K, N] and tau_attn."""
+
+    names: list[str]
+    scores: np.ndarray
+    attention: np.ndarray
+    tau_attn: float
+
+    @property
+    def ranked(self) -> list[tuple[str, float]]:
+        """(class, score) best first (ties keep the given order)."""
+        order = np.argsort(-self.scores, kind="stable")
+        return [(self.names[i], float(self.scores[i])) for i in order]
+
+    @property
+    def predicted(self) -> str:
+        """Eq. 5: the class of highest score."""
+        return self.ranked[0][0]
+
+
+def classify_with_attention(
+    store: Any,
+    encoder: Any,
+    class_prompts: Sequence[str] | Mapping[str, Sequence[str]],
+    tau_attn: float = 0.05,
+) -> SlideClassification:
+    """Scores and attention of each class over the store's patches (see the module docstring).
+
+    ``class_prompts``: class names used as prompts, or name -> its prompts (averaged).
+    """
+    from medvl_engine.models.limit import report_guided_pool
+
+    if isinstance(class_prompts, Mapping):
+        names = [str(name) for name in class_prompts]
+        groups = [
+            [p] if isinstance(p, str) else list(p)
+            for p in (class_prompts[name] for name in class_prompts)
+        ]
+    else:
+        names = [str(name) for name in class_prompts]
+        groups = [[name] for name in names]
+    if len(names) < 2:
+        raise ConfigError(f"classification needs at least two classes, got {len(names)}.")
+    if len(set(names)) != len(names):
+        raise ConfigError("two classes have the same name; give each class once.")
+    if tau_attn <= 0:
+        raise ConfigError(f"the attention temperature must be positive, got {tau_attn}.")
+    if store.n_patches == 0:
+        raise DataError(
+            f"Feature store {store.path or store.slide} holds no patches (no tissue found); "
+            "nothing to classify."
+        )
+    with torch.no_grad():
+        classes = torch.stack(
+            [
+                torch.nn.functional.normalize(encoder.encode_text(group).mean(0), dim=0)
+                for group in groups
+            ]
+        )  # [K, D]
+        if classes.shape[1] != store.embed_dim:
+            raise DataError(
+                f"The prompts embed to {classes.shape[1]} dimensions but the feature store holds "
+                f"{store.embed_dim}; use the model the features were extracted with "
+                f"({store.encoder})."
+            )
+        features = store.torch_features  # [N, D]
+        pooled, attention = report_guided_pool(
+            features, classes.to(features.dtype), tau_attn, return_attention=True
+        )  # [K, D], [K, N]
+        scores = torch.nn.functional.cosine_similarity(pooled.float(), classes.float(), dim=-1)
+    return SlideClassification(
+        names=names,
+        scores=scores.numpy().astype(np.float64),
+        attention=attention.float().numpy(),
+        tau_attn=float(tau_attn),
+    )
+
+
+def attention_heatmap(store: Any, classification: SlideClassification, name: str) -> Any:
+    """The attention of class ``name`` as a Heatmap of ``alpha_i * N`` on the store's grid.
+
+    Placed like the prompt heatmaps (:func:`medvl_engine.heatmap.similarity_map`): one cell
+    per stride step, micrometres when the store has an mpp. ``value_range`` is (0, max),
+    ``prompt`` the class name, ``mode`` "attention".
+    """
+    from medvl_engine.heatmap import Heatmap, _layout, _scores_to_grid
+
+    if name not in classification.names:
+        raise ConfigError(f"{name!r} is not one of the classified classes.")
+    index = classification.names.index(name)
+    relative = (classification.attention[index] * classification.attention.shape[1]).astype(
+        np.float32
+    )  # [N]
+    layout = _layout(store)
+    cell = layout["cell"]
+    origin_x, origin_y = layout["origin"]
+    if store.mpp is not None:
+        mpp_x, mpp_y, units = float(store.mpp[0]), float(store.mpp[1]), "um"
+    else:
+        mpp_x, mpp_y, units = 1.0, 1.0, "px"
+    high = float(np.nanmax(relative)) if relative.size else 1.0
+    return Heatmap(
+        grid=_scores_to_grid(store, relative),
+        scores=relative,
+        origin_level0=(origin_x, origin_y),
+        cell_size_level0=cell,
+        scale=(cell * mpp_y, cell * mpp_x),
+        translate=((origin_y + cell / 2) * mpp_y, (origin_x + cell / 2) * mpp_x),
+        units=units,
+        mode="attention",
+        normalize="none",
+        prompt=name,
+        value_range=(0.0, high if high > 0 else 1.0),
+        metadata={
+            "encoder": store.encoder,
+            "slide": store.slide,
+            "tau_attn": classification.tau_attn,
+            "unit": "alpha x N (1 = uniform attention)",
+        },
+    )
