@@ -12,6 +12,7 @@ from napari.utils.notifications import notification_manager
 from PIL import Image
 
 import _plugin_helpers as helpers
+from medvl_engine.demo_models import DEMO_NOTICE
 from napari_medvl._export_widget import ExportWidget
 from napari_medvl._heatmap_job import FeatureCache
 from napari_medvl._heatmap_widget import HeatmapWidget
@@ -52,7 +53,9 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     widget.blending.value = "additive"
     _run_and_wait(qtbot, widget)
     assert widget.runner.last_error is None
-    assert widget.controls.status.value == "Features extracted; new prompts are instant."
+    assert widget.controls.status.value == (
+        f"Features extracted; new prompts are instant. ({DEMO_NOTICE})"
+    )
 
     heat = viewer.layers["heatmap: tumor"]
     # 224 px patches at 0.5 um/px on a 0.5 um/px slide: one cell = 224 level-0 px = 112 um
@@ -72,16 +75,27 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     patch_labels = small_slide.label_map[y0 // d : (y0 + 224) // d, x0 // d : (x0 + 224) // d]
     assert np.mean(patch_labels == 1) > 0.5
 
-    # a new prompt reuses the loaded features: no extraction, and fast
+    # a new prompt reuses the loaded features: no extraction, fast, and the same layer
+    layer_count = len(viewer.layers)
     started = time.perf_counter()
     widget.prompts.value = "adipose tissue"
     _run_and_wait(qtbot, widget)
     assert time.perf_counter() - started < 5.0
-    assert "heatmap: adipose tissue" in viewer.layers
-    assert widget.controls.status.value == "Done."
+    assert viewer.layers["heatmap: adipose tissue"] is heat
+    assert "heatmap: tumor" not in viewer.layers
+    assert len(viewer.layers) == layer_count
+    assert widget.controls.status.value == f"Done. ({DEMO_NOTICE})"
+    # the history shows the tumor map again, from the kept scores
+    entries = [e for e in widget.history_choice.choices if e is not None]
+    assert sorted(e.label for e in entries) == ["adipose tissue (cosine)", "tumor (cosine)"]
+    (tumor_entry,) = [e for e in entries if e.label == "tumor (cosine)"]
+    widget.history_choice.value = tumor_entry
+    assert viewer.layers["heatmap: tumor"] is heat
+    assert len(viewer.layers) == layer_count
 
     # the export dock writes the chosen heatmap through the engine's exporters
     exporter = ExportWidget(viewer)
+    exporter.layer_choice.reset_choices()
     exporter.layer_choice.value = viewer.layers["heatmap: tumor"]
     for name in ("tumor.geojson", "tumor.png"):
         exporter.path.value = tmp_path / name
@@ -187,15 +201,17 @@ def test_heatmap_is_visible_over_the_tumor_in_a_screenshot(
     widget.cache = FeatureCache(root=tmp_path / "features")
     widget.top_n.value = 0
     qtbot.wait(300)  # let the window lay out the new dock before the first screenshot
-    viewer.reset_view()
-    plain = viewer.screenshot(canvas_only=True, flash=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no private napari access from the plugin
         _run_and_wait(qtbot, widget)
     assert widget.runner.last_error is None, widget.runner.last_error
     heat = viewer.layers["heatmap: tumor"]
-    heat.opacity = 0.6
+    heat.visible = False
     viewer.reset_view()
+    plain = viewer.screenshot(canvas_only=True, flash=False)
+    heat.visible = True
+    widget.opacity.value = 0.6
+    assert heat.opacity == pytest.approx(0.6)
     overlaid = viewer.screenshot(canvas_only=True, flash=False)
     assert overlaid.shape == plain.shape
 
@@ -214,6 +230,15 @@ def test_heatmap_is_visible_over_the_tumor_in_a_screenshot(
     patch_plain = plain[y - 3 : y + 4, x - 3 : x + 4, :3].astype(float).mean(axis=(0, 1))
     patch_over = overlaid[y - 3 : y + 4, x - 3 : x + 4, :3].astype(float).mean(axis=(0, 1))
     assert np.abs(patch_over - patch_plain).max() > 40, (patch_plain, patch_over)
+
+    # "hide below" a threshold above the hottest cell: that cell turns transparent on screen
+    widget.threshold.value = float(np.nanmax(heat.data)) + 0.01
+    widget.hide_below.value = True
+    assert viewer.layers["heatmap: tumor"] is heat
+    assert np.isnan(heat.data).all()
+    hidden = viewer.screenshot(canvas_only=True, flash=False)
+    patch_hidden = hidden[y - 3 : y + 4, x - 3 : x + 4, :3].astype(float).mean(axis=(0, 1))
+    assert np.abs(patch_hidden - patch_plain).max() < 3, (patch_plain, patch_hidden)
 
 
 def test_heatmap_dock_takes_a_trident_h5_instead_of_extracting(
@@ -245,6 +270,7 @@ def test_heatmap_dock_takes_a_trident_h5_instead_of_extracting(
     assert widget.request().features == h5_path
     _run_and_wait(qtbot, widget)
     assert widget.runner.last_error is None
-    assert widget.controls.status.value == "Done."  # read from the .h5, nothing extracted
+    # read from the .h5, nothing extracted
+    assert widget.controls.status.value == f"Done. ({DEMO_NOTICE})"
     assert not list((tmp_path / "fresh").glob("*.zarr"))
     np.testing.assert_allclose(viewer.layers["heatmap: tumor"].data, extracted_heat, atol=1e-6)

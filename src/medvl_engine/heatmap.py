@@ -136,15 +136,26 @@ def similarity_map(
     value_range: tuple[float, float] | None = None,
     smooth_sigma: float = 0.0,
     prompt: str = "",
+    known: np.ndarray | None = None,
 ) -> Heatmap:
     """Heatmap of prompt ``target`` over the slide (see the module docstring for the modes).
 
     ``text_embeddings`` [T, D] come from ``encoder.encode_text``; ``value_range`` is the fixed
     range for normalize="fixed"; ``smooth_sigma`` (in grid cells) applies a NaN-aware Gaussian.
+    ``known`` bool [N] marks the patches whose features are computed so far (a store being
+    filled in): the others score NaN and normalisation uses the known ones only; the grid keeps
+    the whole store's layout, so a partial map lands where the complete one will.
     """
     raw = patch_scores(store, text_embeddings, mode, target, temperature)
     fixed_range = value_range if value_range is not None else _DEFAULT_RANGE[mode]
-    scores = normalize_scores(raw, normalize, fixed_range)
+    if known is None:
+        scores = normalize_scores(raw, normalize, fixed_range)
+    else:
+        known = np.asarray(known, dtype=bool).reshape(-1)
+        if known.shape != raw.shape:
+            raise ValueError(f"known marks {known.size} patches, the store holds {raw.size}")
+        scores = np.full(raw.shape, np.nan, dtype=np.float32)
+        scores[known] = normalize_scores(raw[known], normalize, fixed_range)
     grid = _scores_to_grid(store, scores)
     if smooth_sigma > 0:
         grid = _smooth(grid, smooth_sigma)

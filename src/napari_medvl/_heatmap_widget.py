@@ -3,24 +3,41 @@
 The widget collects inputs, runs ``heatmap_job`` in a thread worker (a new
 request cancels the running one) and turns the engine's results into layers
 with the builders of ``_layers``; it holds no model math and reads no files.
+Each slide has one heatmap layer per mode, updated in place (``_heatmap_overlay``);
+earlier prompts stay in the history list; the colour bar shows the layer's map,
+limits, prompt, mode, model and demo notice. While features are computed the
+layer fills in (visible patches first) and the progress bar counts patches.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from magicgui.widgets import ComboBox, Container, FileEdit, LineEdit, SpinBox
+from magicgui.widgets import (
+    CheckBox,
+    ComboBox,
+    Container,
+    FileEdit,
+    FloatSlider,
+    FloatSpinBox,
+    LineEdit,
+    SpinBox,
+)
 
+from napari_medvl._colorbar import ColorBar
 from napari_medvl._heatmap_job import (
     FeatureCache,
     HeatmapOutcome,
     HeatmapRequest,
+    HeatmapUpdate,
     heatmap_job,
     parse_prompts,
 )
-from napari_medvl._layers import SLIDE_KIND, heatmap_result_layers
+from napari_medvl._heatmap_overlay import HeatmapHistory, find_overlay, overlay_key, show_overlay
+from napari_medvl._layers import SLIDE_KIND
 from napari_medvl._notify import report_error
-from napari_medvl._widget_common import JobControls, layers_of_kind, upsert_layer
+from napari_medvl._progress import Progress
+from napari_medvl._widget_common import JobControls, layers_of_kind
 
 __all__ = ["BLENDINGS", "HeatmapWidget"]
 
@@ -34,14 +51,32 @@ def _model_tooltip() -> str:
     return f"A registered encoder ({names}), a model folder or a Hugging Face id."
 
 
+def _view_level0(layer: Any) -> tuple[float, float, float, float] | None:
+    """The part of a slide layer in view as (x0, y0, x1, y1) level-0 px, None if unknown."""
+    import numpy as np
+
+    try:
+        corners = np.asarray(layer.corner_pixels, dtype=np.float64)[:, -2:]  # (y, x)
+        level = int(layer.data_level) if layer.multiscale else 0
+        factors = np.asarray(layer.downsample_factors[level], dtype=np.float64)[-2:]
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    (y0, x0), (y1, x1) = corners * factors
+    if not (x1 > x0 and y1 > y0):
+        return None
+    return (float(x0), float(y0), float(x1), float(y1))
+
+
 class HeatmapWidget(Container):
     """Text prompt heatmap over a whole-slide image layer."""
 
     def __init__(self, napari_viewer: Any, cache: FeatureCache | None = None) -> None:
+        from medvl_engine._colormap import COLORMAP_CHOICES
         from medvl_engine.heatmap import MODES, NORMALIZATIONS
 
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else FeatureCache()
+        self.history = HeatmapHistory()
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
         self.model = LineEdit(label="model", value="medvl-demo", tooltip=_model_tooltip())
         self.prompts = LineEdit(
@@ -59,9 +94,50 @@ class HeatmapWidget(Container):
         )
         self.mode = ComboBox(label="mode", choices=MODES, value="cosine")
         self.normalization = ComboBox(label="normalise", choices=NORMALIZATIONS, value="none")
+        self.range_low = FloatSpinBox(
+            label="fixed min",
+            value=-1.0,
+            min=-10.0,
+            max=10.0,
+            step=0.05,
+            enabled=False,
+            tooltip="Score shown at the bottom of the colour map when normalise is 'fixed'.",
+        )
+        self.range_high = FloatSpinBox(
+            label="fixed max",
+            value=1.0,
+            min=-10.0,
+            max=10.0,
+            step=0.05,
+            enabled=False,
+            tooltip="Score shown at the top of the colour map when normalise is 'fixed'.",
+        )
         self.top_n = SpinBox(label="top patches", value=10, min=0, max=500)
+        self.history_choice = ComboBox(
+            label="history",
+            choices=self._history_choices,
+            nullable=True,
+            tooltip="Earlier prompts on this slide: choose one to show it again.",
+        )
+        self.colormap = ComboBox(
+            label="colour map",
+            choices=COLORMAP_CHOICES,
+            value="auto",
+            tooltip="auto: blue-white-red centred on 0 for signed maps, viridis otherwise.",
+        )
+        self.opacity = FloatSlider(label="opacity", value=0.5, min=0.0, max=1.0, step=0.05)
+        self.hide_below = CheckBox(label="hide below", value=False)
+        self.threshold = FloatSpinBox(
+            label="threshold",
+            value=0.0,
+            min=-10.0,
+            max=10.0,
+            step=0.01,
+            tooltip="With 'hide below' on, cells scoring under this value are transparent.",
+        )
         self.blending = ComboBox(label="blending", choices=BLENDINGS, value="translucent")
         self.controls = JobControls(run_text="Run")
+        self.colorbar = ColorBar()
         super().__init__(
             widgets=[
                 self.slide_choice,
@@ -70,26 +146,93 @@ class HeatmapWidget(Container):
                 self.features,
                 self.mode,
                 self.normalization,
+                self.range_low,
+                self.range_high,
                 self.top_n,
-                self.blending,
                 self.controls,
+                self.history_choice,
+                self.colormap,
+                self.blending,
+                self.opacity,
+                self.hide_below,
+                self.threshold,
             ]
         )
+        self.native.layout().addWidget(self.colorbar)
+        self._fix_sizes()
         self.last_outcome: HeatmapOutcome | None = None
+        self._showing_history = False
         self.runner = self.controls.bind(self._show_outcome)
+        self.runner.on_partial = self._show_partial
+        self.runner.on_error = self._show_error
+        self.runner.after_progress = self._show_progress
         self.controls.run_button.changed.connect(self.run)
+        self.controls.cancel_button.changed.connect(self._cancelled)
         self.prompts.native.returnPressed.connect(self.run)
+        self.normalization.changed.connect(self._normalization_changed)
+        self.history_choice.changed.connect(self._history_chosen)
+        for control in (
+            self.colormap,
+            self.opacity,
+            self.hide_below,
+            self.threshold,
+            self.blending,
+        ):
+            control.changed.connect(self._restyle)
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
+        napari_viewer.layers.events.removed.connect(self._layer_removed)
         self._refresh_choices()
 
+    def _fix_sizes(self) -> None:
+        """Text that changes (status, history labels) wraps or elides instead of widening the
+        dock, so results never re-lay out the window and the canvas keeps its size."""
+        from qtpy.QtWidgets import QComboBox, QSizePolicy
+
+        progress = self.controls.progress.native
+        policy = progress.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        progress.setSizePolicy(policy)
+        status = self.controls.status.native
+        status.setWordWrap(True)
+        status.setFixedHeight(3 * status.fontMetrics().lineSpacing())
+        status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        policy = progress.sizePolicy()
+        policy.setHorizontalPolicy(QSizePolicy.Policy.Ignored)
+        progress.setSizePolicy(policy)
+        for combo in (self.history_choice.native, self.slide_choice.native):
+            combo.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            combo.setMinimumContentsLength(16)
+
+    # ----- inputs
     def _slide_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
         return layers_of_kind(self._viewer, SLIDE_KIND)
+
+    def _history_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
+        layer = self.slide_choice.value if hasattr(self, "slide_choice") else None
+        path = layer.metadata.get("path") if layer is not None else None
+        return [(entry.label, entry) for entry in self.history.for_slide(path)]
 
     def _refresh_choices(self, _event: Any = None) -> None:
         self.slide_choice.reset_choices()
         if self.slide_choice.value is None and self.slide_choice.choices:
             self.slide_choice.value = self.slide_choice.choices[-1]
+
+    def _normalization_changed(self, value: str) -> None:
+        fixed = value == "fixed"
+        self.range_low.enabled = fixed
+        self.range_high.enabled = fixed
+
+    def style(self) -> dict[str, Any]:
+        """The overlay style the dock's controls describe (see ``heatmap_layers``)."""
+        return {
+            "colormap": self.colormap.value,
+            "opacity": float(self.opacity.value),
+            "blending": self.blending.value,
+            "threshold": float(self.threshold.value) if self.hide_below.value else None,
+        }
 
     def request(self) -> HeatmapRequest | None:
         """The request the current inputs describe, or None (with a notification) if incomplete."""
@@ -106,9 +249,14 @@ class HeatmapWidget(Container):
             problem = "Contrast mode needs exactly two prompts separated by ';' (A minus B)."
         elif self.mode.value == "softmax" and len(prompts) < 2:
             problem = "Softmax mode needs two or more prompts separated by ';'."
+        elif self.normalization.value == "fixed" and not (
+            self.range_high.value > self.range_low.value
+        ):
+            problem = "The fixed range needs a max above its min: set 'fixed min' < 'fixed max'."
         if problem is not None:
-            report_error(ConfigError(problem))
+            self._set_status(report_error(ConfigError(problem)), notice=False)
             return None
+        fixed = self.normalization.value == "fixed"
         return HeatmapRequest(
             slide=layer.metadata["slide"],
             model=self.model.value.strip() or "medvl-demo",
@@ -117,6 +265,10 @@ class HeatmapWidget(Container):
             normalization=self.normalization.value,
             top_n=int(self.top_n.value),
             features=self.features.value or None,
+            value_range=(float(self.range_low.value), float(self.range_high.value))
+            if fixed
+            else None,
+            view_level0=_view_level0(layer),
         )
 
     def run(self, _value: Any = None) -> Any:
@@ -124,14 +276,110 @@ class HeatmapWidget(Container):
         request = self.request()
         if request is None:
             return None
+        self._request_layer = self.slide_choice.value
         return self.runner.start(heatmap_job, request, self.cache)
+
+    # ----- status line
+    def demo_notice(self) -> str | None:
+        from medvl_engine.demo_models import demo_notice_for
+
+        return demo_notice_for(self.model.value.strip() or "medvl-demo")
+
+    def _set_status(self, message: str, notice: bool = True) -> None:
+        demo = self.demo_notice() if notice else None
+        self.controls.status.value = f"{message} ({demo})" if demo else message
+
+    def _show_progress(self, report: Progress) -> None:
+        if report.total > 0:
+            message = f"{report.stage}: {report.done} / {report.total}"
+            if report.eta_s is not None:
+                message += f", about {report.eta_s:.0f} s left"
+            self._set_status(message)
+
+    def _show_error(self, message: str) -> None:
+        self.controls.status.value = message
+
+    def _cancelled(self, _value: Any = None) -> None:
+        partial = self.cache.partials
+        kept = sum(p.done for p in partial.values())
+        if kept:
+            self._set_status(
+                f"Cancelled; the features of {kept} patches are kept and Run continues from them."
+            )
+
+    # ----- results
+    def _frame_of(self, layer: Any) -> Any:
+        return layer.metadata["world_frame"] if layer is not None else None
+
+    def _show(self, outcome: HeatmapOutcome, layer: Any, with_boxes: bool) -> Any:
+        slide_path = layer.metadata.get("path", "") if layer is not None else ""
+        key = overlay_key(slide_path, outcome.request.mode)
+        image = show_overlay(
+            self._viewer,
+            outcome,
+            self._frame_of(layer),
+            key,
+            with_boxes=with_boxes,
+            **self.style(),
+        )
+        self.colorbar.show_layer(image.metadata, image.contrast_limits)
+        return image
+
+    def _slide_layer_for(self, outcome: HeatmapOutcome) -> Any:
+        layer = getattr(self, "_request_layer", None)
+        if layer is not None and layer in self._viewer.layers:
+            return layer
+        return self.slide_choice.value
+
+    def _show_partial(self, update: Any) -> None:
+        if not isinstance(update, HeatmapUpdate):
+            return
+        self._show(update.outcome, self._slide_layer_for(update.outcome), with_boxes=False)
 
     def _show_outcome(self, outcome: HeatmapOutcome) -> None:
         self.last_outcome = outcome
-        layer = self.slide_choice.value
-        frame = layer.metadata["world_frame"] if layer is not None else None
-        for layer_data in heatmap_result_layers(outcome, frame, blending=self.blending.value):
-            upsert_layer(self._viewer, layer_data)
-        self.controls.status.value = (
+        layer = self._slide_layer_for(outcome)
+        self._show(outcome, layer, with_boxes=True)
+        slide_path = layer.metadata.get("path", "") if layer is not None else ""
+        entry = self.history.add(slide_path, outcome, self._frame_of(layer))
+        self._showing_history = True
+        try:
+            self.history_choice.reset_choices()
+            self.history_choice.value = entry
+        finally:
+            self._showing_history = False
+        self._set_status(
             "Features extracted; new prompts are instant." if outcome.extracted else "Done."
         )
+
+    def _history_chosen(self, entry: Any) -> None:
+        if self._showing_history or entry is None:
+            return
+        self.last_outcome = entry.outcome
+        layer = next(
+            (
+                candidate
+                for _, candidate in layers_of_kind(self._viewer, SLIDE_KIND)
+                if candidate.metadata.get("path") == entry.slide_path
+            ),
+            None,
+        )
+        self._show(entry.outcome, layer, with_boxes=True)
+        self._set_status(f"Showing an earlier result: {entry.label}.")
+
+    def _restyle(self, _value: Any = None) -> None:
+        """Redraw the current overlay with the dock's colour map, opacity and threshold."""
+        if self.last_outcome is None:
+            return
+        layer = self._slide_layer_for(self.last_outcome)
+        key = overlay_key(
+            layer.metadata.get("path", "") if layer is not None else "",
+            self.last_outcome.request.mode,
+        )
+        if find_overlay(self._viewer, key) is None:
+            return
+        self._show(self.last_outcome, layer, with_boxes=False)
+
+    def _layer_removed(self, _event: Any = None) -> None:
+        if not any(layer.metadata.get("medvl_kind") == "heatmap" for layer in self._viewer.layers):
+            self.colorbar.clear()

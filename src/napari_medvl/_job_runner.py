@@ -4,7 +4,10 @@ A widget owns a JobRunner. ``start`` cancels the job still running (a new
 request replaces the old one), runs the generator in a napari thread worker,
 forwards Progress to the widget's progress bar, hands the return value to
 ``on_result`` only if the job was not superseded or cancelled, and turns
-errors into a one-sentence notification.
+errors into a one-sentence notification. A job may also yield other objects
+(e.g. a partial result drawn while it goes on): they go to ``on_partial`` when
+set. ``on_error``, when set, receives the sentence shown for an error, so a
+status line can say it instead of the stage the job was in.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class JobRunner:
         self._cancel: threading.Event | None = None
         self.worker: Any = None
         self.last_error: BaseException | None = None
+        self.on_partial: Callable[[Any], None] | None = None
+        self.after_progress: Callable[[Progress], None] | None = None
+        self.on_error: Callable[[str], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -76,8 +82,17 @@ class JobRunner:
         return generation == self._generation
 
     def _progress(self, generation: int, report: Any) -> None:
-        if self._current(generation) and isinstance(report, Progress):
+        if not self._current(generation):
+            return
+        if isinstance(report, Progress):
             self._on_progress(report)
+            if self.after_progress is not None:
+                self.after_progress(report)
+        elif self.on_partial is not None:
+            try:
+                self.on_partial(report)
+            except Exception as error:  # a partial result that cannot be shown is reported
+                self._errored(generation, error)
 
     def _returned(self, generation: int, value: Any) -> None:
         if self._current(generation):
@@ -92,7 +107,9 @@ class JobRunner:
         if not self._current(generation) or isinstance(error, CancelledError):
             return
         self.last_error = error
-        report_error(error)
+        message = report_error(error)
+        if self.on_error is not None:
+            self.on_error(message)
 
     def _finished(self, generation: int) -> None:
         if self._current(generation):

@@ -445,26 +445,41 @@ def heatmap_layers(
     top_patches: tuple[np.ndarray, np.ndarray] | None,
     frame: WorldFrame,
     prompt: str | None = None,
-    colormap: str = "turbo",
+    colormap: str = "auto",
     opacity: float = 0.5,
     blending: str = "translucent",
     store: Any = None,
     slide: Any = None,
+    threshold: float | None = None,
+    model: str | None = None,
+    overlay_key: str | None = None,
 ) -> list[LayerData]:
     """Image layer of an engine Heatmap plus a shapes layer of its top patches.
 
     The image takes ``heatmap.scale``/``heatmap.translate`` as the engine computed them
     (napari (y, x), in the slide's world units); the top patches (boxes (x0, y0, x1, y1)
-    level-0 px, scores) are drawn through the slide's ``frame``. The feature ``store``
-    and ``slide`` are kept in the heatmap's metadata for exports.
+    level-0 px, scores) are drawn through the slide's ``frame``. Colours follow
+    ``_overlay_style.overlay_view``: the shared colour maps ("auto": diverging and symmetric
+    about 0 for signed maps), cells below ``threshold`` hidden. The feature ``store``, ``slide``,
+    ``model`` and its demo notice are kept in the heatmap's metadata for exports and the
+    colour bar; ``overlay_key`` names the (slide, mode) overlay the layer is updated in place for.
     """
+    from napari_medvl._overlay_style import OverlayStyle, napari_colormap, overlay_view
+
     label = prompt if prompt is not None else heatmap.prompt
+    view = overlay_view(
+        heatmap.grid,
+        heatmap.mode,
+        heatmap.normalize,
+        heatmap.value_range,
+        OverlayStyle(colormap=colormap, opacity=opacity, blending=blending, threshold=threshold),
+    )
     image_kwargs = {
         "name": f"heatmap: {label}",
-        "colormap": colormap,
+        "colormap": napari_colormap(view.colormap),
         "opacity": opacity,
         "blending": blending,
-        "contrast_limits": tuple(float(v) for v in heatmap.value_range),
+        "contrast_limits": view.contrast_limits,
         "interpolation2d": "nearest",
         "units": _units(frame),
         "scale": tuple(float(v) for v in heatmap.scale),
@@ -479,19 +494,50 @@ def heatmap_layers(
             "feature_store": store,
             "slide": slide,
             "world_frame": frame.as_dict(),
+            "colormap": view.colormap,
+            "signed": view.signed,
+            "value_range": view.value_range,
+            "threshold": threshold,
+            "model": model,
+            "demo_notice": _demo_notice(model),
+            "overlay_key": overlay_key,
         },
     }
-    layers: list[LayerData] = [(np.asarray(heatmap.grid, dtype=np.float32), image_kwargs, "image")]
+    layers: list[LayerData] = [(view.data, image_kwargs, "image")]
     if top_patches is not None:
         boxes, scores = top_patches
-        layers.append(boxes_layer(boxes, scores, frame, name=f"top patches: {label}"))
+        layers.append(
+            boxes_layer(
+                boxes, scores, frame, name=f"top patches: {label}", edge_color=RANK_LABEL_COLOR
+            )
+        )
+        layers[-1][1]["metadata"]["overlay_key"] = overlay_key
     return layers
 
 
+# Magenta is in neither shared map (viridis, blue-white-red), so boxes and rank labels stay
+# readable over any cell of the heatmap.
+RANK_LABEL_COLOR = "magenta"
+
+
+def _demo_notice(model: str | None) -> str | None:
+    if not model:
+        return None
+    from medvl_engine.demo_models import demo_notice_for
+
+    return demo_notice_for(model)
+
+
 def heatmap_result_layers(
-    outcome: Any, frame: dict[str, Any] | WorldFrame | None, blending: str = "translucent"
+    outcome: Any,
+    frame: dict[str, Any] | WorldFrame | None,
+    blending: str = "translucent",
+    **style: Any,
 ) -> list[LayerData]:
-    """Layers for a heatmap job's outcome (``heatmap``, ``top_patches``) on a slide's frame."""
+    """Layers for a heatmap job's outcome (``heatmap``, ``top_patches``) on a slide's frame.
+
+    ``style`` passes on to :func:`heatmap_layers` (colormap, opacity, threshold, overlay_key).
+    """
     if frame is None:
         world = WorldFrame(units=outcome.heatmap.units)
     elif isinstance(frame, WorldFrame):
@@ -505,4 +551,6 @@ def heatmap_result_layers(
         blending=blending,
         store=getattr(outcome, "store", None),
         slide=getattr(getattr(outcome, "request", None), "slide", None),
+        model=getattr(getattr(outcome, "request", None), "model", None),
+        **style,
     )

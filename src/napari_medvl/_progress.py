@@ -25,11 +25,13 @@ _POLL_S = 0.1
 
 @dataclass(frozen=True)
 class Progress:
-    """One progress report: ``done`` of ``total`` units of ``stage`` (total 0 = unknown)."""
+    """One progress report: ``done`` of ``total`` units of ``stage`` (total 0 = unknown) and,
+    when the job can tell, the seconds it expects the stage still needs (``eta_s``)."""
 
     stage: str
     done: int = 0
     total: int = 0
+    eta_s: float | None = None
 
 
 def run_with_progress(
