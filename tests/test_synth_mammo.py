@@ -94,10 +94,10 @@ def test_boxes_lie_inside_the_breast_and_hold_the_lesions(case):
                     values[y0:y1, x1 : x1 + pad].ravel(),
                 ]
             )
-            if kind == "calcification":
-                assert np.percentile(inside, 99) > np.percentile(surround, 99) + 500
-            else:
-                assert inside.mean() > surround.mean() + 150
+            if kind == "calcification":  # fine pleomorphic: small, fainter than coarse ones
+                assert np.percentile(inside, 99) > np.percentile(surround, 99) + 250
+            else:  # masses may be as faint as dense tissue nearby, but sit above their surround
+                assert inside.mean() > surround.mean() + 80
 
 
 def test_lesions_sit_at_the_same_depth_in_both_views(case):

@@ -45,6 +45,7 @@ from medvl_engine.models.topk import (
 )
 
 __all__ = [
+    "DEMO_MODEL",
     "TopKResult",
     "TopKSigLIP",
     "TopKSigLIPConfig",
@@ -60,11 +61,22 @@ __all__ = [
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 MODEL_TYPE = "medvl-topksiglip"
+TEXT_REFERENCE_KEY = "text_reference"
+"""config.json key naming a pretrained frozen text tower that the folder does not copy."""
+_TEXT_PREFIX = "text_model."
 
-# Named models: name -> folder inside the cache (MEDVL_CACHE, default ~/.cache/medvl).
-MODEL_REGISTRY: dict[str, str] = {
-    "topksiglip-demo": "models/topksiglip-demo-v2",
-}
+DEMO_MODEL = "topksiglip-demo"
+"""The shipped demo model (medvl_engine.demo_models), found with no training and no network."""
+
+
+def _shipped_demo_folder() -> Path:
+    from medvl_engine.demo_models import SHIPPED_ROOT
+
+    return SHIPPED_ROOT / DEMO_MODEL
+
+
+# Named models: name -> model folder (the shipped demo lives inside the package).
+MODEL_REGISTRY: dict[str, str] = {DEMO_MODEL: str(_shipped_demo_folder())}
 
 
 @dataclass
@@ -348,14 +360,45 @@ def build_topksiglip(
     return TopKSigLIP(config, tokenizer)
 
 
-def save_topksiglip(model: TopKSigLIP, directory: str | Path) -> Path:
+def _is_packaged_minilm(text_model: nn.Module) -> bool:
+    """True when ``text_model`` holds exactly the weights of the packaged all-MiniLM-L6-v2."""
+    reference = _bert_text.build_bert_model(_bert_text.MINILM, {}).state_dict()
+    state = text_model.state_dict()
+    return state.keys() == reference.keys() and all(
+        state[key].shape == reference[key].shape and torch.equal(state[key], reference[key])
+        for key in state
+    )
+
+
+def save_topksiglip(
+    model: TopKSigLIP,
+    directory: str | Path,
+    *,
+    text_by_reference: bool = False,
+    extra_config: dict[str, Any] | None = None,
+) -> Path:
     """Write ``config.json``, ``model.safetensors`` and the tokenizer into ``directory``.
 
     Files are written to a temporary sibling folder that then replaces ``directory``, so an
-    interrupted save never leaves a half-written model.
+    interrupted save never leaves a half-written model. ``text_by_reference`` (a frozen
+    :data:`~medvl_engine.models._bert_text.MINILM` text tower only) stores the tower and its
+    tokenizer as the name ``text_reference`` in config.json instead of copying them: the folder
+    then holds only the trained parameters. ``extra_config`` adds keys to config.json.
     """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
+    reference = None
+    if text_by_reference:
+        if not (
+            model.config.text_family == "bert"
+            and model.config.freeze_text
+            and _is_packaged_minilm(model.text_model)
+        ):
+            raise ValueError(
+                f"only a frozen {_bert_text.MINILM} text tower, unchanged, can be saved by "
+                "reference"
+            )
+        reference = _bert_text.MINILM
 
     def fill(staging: Path) -> None:
         config = dataclasses.replace(model.config, vision_pretrained=None, text_pretrained=None)
@@ -379,50 +422,97 @@ def save_topksiglip(model: TopKSigLIP, directory: str | Path) -> Path:
             )
             config.text_config = {key: text_fields[key] for key in keep if key in text_fields}
             config.text_config["max_position_embeddings"] = model.config.context_length
-        (staging / CONFIG_NAME).write_text(json.dumps(config.to_dict(), indent=2), encoding="utf-8")
+        values = config.to_dict()
+        if reference is not None:
+            values[TEXT_REFERENCE_KEY] = reference
+        values.update(extra_config or {})
+        (staging / CONFIG_NAME).write_text(json.dumps(values, indent=2), encoding="utf-8")
         state = {
-            key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()
+            key: value.detach().cpu().contiguous()
+            for key, value in model.state_dict().items()
+            if reference is None or not key.startswith(_TEXT_PREFIX)
         }
         save_file(state, str(staging / WEIGHTS_NAME))
-        model.tokenizer.save_pretrained(str(staging))
+        if reference is None:
+            model.tokenizer.save_pretrained(str(staging))
 
     return atomic_directory(directory, fill, what="TopKSigLIP model")
 
 
-def registered_model_dir(name: str = "topksiglip-demo") -> Path:
-    """Cache folder of a registered model (:data:`MODEL_REGISTRY`), independent of the cwd."""
+def registered_model_dir(name: str) -> Path:
+    """Cache folder ``<MEDVL_CACHE>/models/<name>`` into which a run's ``install_as`` installs
+    its final model (independent of the cwd). The shipped demo's name is refused: that model
+    is rebuilt with ``make demo-models``, never replaced from a training run."""
     from medvl_engine._cache import cache_dir
 
-    if name not in MODEL_REGISTRY:
+    if name in MODEL_REGISTRY:
         raise ModelNotFoundError(
-            f"{name} is not a registered TopKSigLIP model; use one of {sorted(MODEL_REGISTRY)}."
+            f"{name} is the shipped demo model and cannot be installed over; give install_as "
+            "another name, or rebuild the demo with `make demo-models`."
         )
-    return cache_dir() / MODEL_REGISTRY[name]
+    if not name or Path(name).name != name or name in (".", ".."):
+        raise ModelNotFoundError(
+            f"{name!r} is not a usable model name; give a plain name such as 'my-topksiglip'."
+        )
+    return cache_dir() / "models" / name
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
-    """Folder of a model given a path or a registered name (:data:`MODEL_REGISTRY`).
+    """Folder of a model given a path, the shipped demo's name, or a name installed by a run.
 
-    A registered name resolves to its folder in the cache, which ``medvl-train topksiglip``
-    fills when the config sets ``install_as`` (the demo config does).
+    ``topksiglip-demo`` resolves to the folder shipped inside the package (no training, no
+    network); a missing shipped folder is an error naming ``make demo-models``. Another name
+    resolves to ``<MEDVL_CACHE>/models/<name>`` when a run's ``install_as`` filled it.
     """
     path = Path(name_or_path)
     if path.is_dir():
         return path
-    registered = str(name_or_path) in MODEL_REGISTRY
-    if registered and registered_model_dir(str(name_or_path)).is_dir():
-        return registered_model_dir(str(name_or_path))
-    hint = (
-        f" in {registered_model_dir(str(name_or_path))} (train it first: medvl-train topksiglip "
-        "--config train/topksiglip_demo.yaml, or run `medvl demo`)"
-        if registered
-        else ""
-    )
+    name = str(name_or_path)
+    if name == DEMO_MODEL:
+        from medvl_engine.demo_models import shipped_model_dir
+
+        folder = shipped_model_dir(DEMO_MODEL)
+        if folder is None:
+            raise ModelNotFoundError(
+                f"the shipped demo model {DEMO_MODEL} is missing from {_shipped_demo_folder()}; "
+                "rebuild it with `make demo-models` (python -m medvl_engine.demo_models "
+                f"{DEMO_MODEL}).",
+                _shipped_demo_folder(),
+            )
+        return folder
+    installed = None
+    if name and Path(name).name == name and name not in (".", ".."):
+        from medvl_engine._cache import cache_dir
+
+        installed = cache_dir() / "models" / name
+        if installed.is_dir():
+            return installed
+    hint = f" (nor as {installed}, where install_as puts a trained model)" if installed else ""
     raise ModelNotFoundError(
         f"TopKSigLIP model {name_or_path} was not found{hint}; pass a model folder holding "
-        f"{CONFIG_NAME} and {WEIGHTS_NAME} or one of {sorted(MODEL_REGISTRY)}.",
+        f"{CONFIG_NAME} and {WEIGHTS_NAME}, or {DEMO_MODEL}.",
         path,
     )
+
+
+def _text_reference(folder: Path) -> str | None:
+    """The referenced text tower of a model folder (only :data:`_bert_text.MINILM` is accepted),
+    or None when the folder holds its own text tower."""
+    try:
+        values = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # check_model_folder reports a missing or malformed config.json
+    reference = values.get(TEXT_REFERENCE_KEY) if isinstance(values, dict) else None
+    if reference is None:
+        return None
+    if reference != _bert_text.MINILM or values.get("text_family") != "bert":
+        raise ModelNotFoundError(
+            f"{folder / CONFIG_NAME} references the text tower {reference!r}; only "
+            f"{_bert_text.MINILM!r} (a BERT tower) can be referenced, so pass a folder that holds "
+            "its text tower.",
+            folder / CONFIG_NAME,
+        )
+    return reference
 
 
 def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu") -> TopKSigLIP:
@@ -448,7 +538,8 @@ def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu"
             "medvl-train topksiglip.",
             folder,
         )
-    values = check_model_folder(folder, needs_tokenizer=True)
+    reference = _text_reference(folder)
+    values = check_model_folder(folder, needs_tokenizer=reference is None)
     if values.get("model_type") != MODEL_TYPE:
         raise ModelNotFoundError(
             f"{config_path} is not a TopKSigLIP config (model_type {values.get('model_type')!r}); "
@@ -457,15 +548,18 @@ def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu"
         )
     with folder_errors(folder, "TopKSigLIP settings"):
         config = TopKSigLIPConfig.from_dict(values)
-        config = dataclasses.replace(config, vision_pretrained=None, text_pretrained=None)
-    tokenizer = load_tokenizer(
-        folder,
-        lambda: (
-            _bert_text.load_bert_tokenizer(folder)
-            if config.text_family == "bert"
-            else _clip_text.load_tokenizer(folder)
-        ),
-    )
+        config = dataclasses.replace(config, vision_pretrained=None, text_pretrained=reference)
+    if reference is not None:  # the installed MiniLM package provides tower and tokenizer
+        tokenizer = _bert_text.load_bert_tokenizer(reference)
+    else:
+        tokenizer = load_tokenizer(
+            folder,
+            lambda: (
+                _bert_text.load_bert_tokenizer(folder)
+                if config.text_family == "bert"
+                else _clip_text.load_tokenizer(folder)
+            ),
+        )
     with folder_errors(folder, "TopKSigLIP settings"):
         model = TopKSigLIP(config, tokenizer)
     state = load_weights(folder)
@@ -473,7 +567,12 @@ def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu"
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as error:  # tensors of the wrong shape for the sizes in config.json
         raise weights_mismatch(weights_path, [], []) from error
-    real_missing = [key for key in missing if not key.endswith("position_ids")]
+    real_missing = [
+        key
+        for key in missing
+        if not key.endswith("position_ids")
+        and not (reference is not None and key.startswith(_TEXT_PREFIX))
+    ]
     if real_missing or unexpected:
         raise weights_mismatch(weights_path, real_missing, list(unexpected))
     return model.to(device).eval()

@@ -22,6 +22,7 @@ from medvl_engine._atomic import atomic_write
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo_render import (
     FINDING_TYPES,
+    BenignStructure,
     BreastGeometry,
     Lesion,
     _outline,
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 MAMMO_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.1.2"
-MAMMO_GENERATOR_VERSION = 2
+MAMMO_GENERATOR_VERSION = 3
 """Raised whenever the generator's output changes, so a cohort written before is not reused."""
 WINDOW_HEADROOM = 0.35
 """Attenuation units the display window reaches above the densest tissue (99.5th percentile).
@@ -234,6 +235,7 @@ def _place_lesions(
     spiculated: list[bool],
     geo: BreastGeometry,
     shape: tuple[int, int],
+    malignant: bool = False,
 ) -> list[Lesion]:
     """Lesions away from the skin line and outside the MLO pectoral muscle."""
     size_range = {
@@ -244,7 +246,7 @@ def _place_lesions(
     }
     _, _, pectoral, *_ = _outline("MLO", geo, shape)
     lesions: list[Lesion] = []
-    for kind, spicules in zip(kinds, spiculated, strict=True):
+    for index, (kind, spicules) in enumerate(zip(kinds, spiculated, strict=True)):
         for _ in range(50):
             lesion = Lesion(
                 kind=kind,
@@ -254,6 +256,9 @@ def _place_lesions(
                 size=float(rng.uniform(*size_range[kind])),
                 spiculated=spicules,
                 seed=int(rng.integers(2**31 - 1)),
+                # the first finding of a cancer is the malignant one
+                malignant=bool(malignant and index == 0),
+                contrast=float(rng.uniform(0.7, 1.2)),
             )
             row, col = lesion_centre(lesion, "MLO", geo, shape)
             reach = 3.0 * lesion.size * shape[0]
@@ -267,6 +272,37 @@ def _place_lesions(
                 "use a larger size or another seed"
             )
     return lesions
+
+
+def _plan_structures(rng: np.random.Generator) -> list[BenignStructure]:
+    """Normal bright structures of one breast, drawn whatever its findings: calcified vessels,
+    coarse benign calcifications, a skin marker, dense fibroglandular islands, an axillary node.
+    """
+    structures: list[BenignStructure] = []
+
+    def add(kind: str, size: tuple[float, float], depth: tuple[float, float]) -> None:
+        structures.append(
+            BenignStructure(
+                kind=kind,
+                depth=float(rng.uniform(*depth)),
+                offset_cc=float(rng.uniform(-0.6, 0.6)),
+                offset_mlo=float(rng.uniform(-0.6, 0.6)),
+                size=float(rng.uniform(*size)),
+                seed=int(rng.integers(2**31 - 1)),
+            )
+        )
+
+    if rng.uniform() < 0.3:
+        add("vascular calcification", (0.01, 0.01), (0.15, 0.4))
+    if rng.uniform() < 0.35:
+        add("coarse calcification", (0.006, 0.012), (0.25, 0.75))
+    if rng.uniform() < 0.25:
+        add("skin marker", (0.006, 0.009), (0.9, 0.9))
+    for _ in range(int(rng.integers(0, 3))):
+        add("dense island", (0.025, 0.05), (0.25, 0.7))
+    if rng.uniform() < 0.5:
+        add("lymph node", (0.015, 0.025), (0.1, 0.1))
+    return structures
 
 
 _RAW_PER_ATTENUATION = 2900.0
@@ -399,7 +435,8 @@ def make_mammogram_case(
     exam_id = exam_id or f"mg{seed}"
     kinds, cancer, density, birads, spiculated = _plan_case(rng, findings, cancer, density, birads)
     geo = BreastGeometry.random(rng)
-    lesions = _place_lesions(rng, kinds, spiculated, geo, (rows, cols))
+    lesions = _place_lesions(rng, kinds, spiculated, geo, (rows, cols), malignant=cancer)
+    structures = _plan_structures(rng)
     spacing = (round(200.0 / rows, 6), round(200.0 / rows, 6))
 
     out.mkdir(parents=True, exist_ok=True)
@@ -409,7 +446,7 @@ def make_mammogram_case(
     pngs: dict[str, Path] = {}
     for view in ("CC", "MLO"):
         attenuation, breast, view_boxes = render_view(
-            view, geo, density, lesions, (rows, cols), rng
+            view, geo, density, lesions, (rows, cols), rng, structures
         )
         pixels = _to_stored(attenuation, rng)
         if laterality == "R":

@@ -17,8 +17,10 @@ import numpy as np
 from medvl_engine.synthetic._tissue import _smooth_noise
 
 __all__ = [
+    "BENIGN_STRUCTURES",
     "FINDING_TYPES",
     "DENSITY_FRACTION",
+    "BenignStructure",
     "Lesion",
     "BreastGeometry",
     "lesion_centre",
@@ -29,9 +31,24 @@ FINDING_TYPES: tuple[str, ...] = ("mass", "calcification", "architectural distor
 DENSITY_FRACTION: dict[str, float] = {"A": 0.08, "B": 0.28, "C": 0.55, "D": 0.82}
 
 
+BENIGN_STRUCTURES: tuple[str, ...] = (
+    "vascular calcification",
+    "coarse calcification",
+    "skin marker",
+    "dense island",
+    "lymph node",
+)
+"""Normal or benign bright structures drawn in any breast, with no box and no report line."""
+
+
 @dataclass(frozen=True)
 class Lesion:
-    """One finding in breast coordinates; ``size`` is a radius as a fraction of image rows."""
+    """One finding in breast coordinates; ``size`` is a radius as a fraction of image rows.
+
+    ``malignant`` picks the malignant appearance (irregular or spiculated mass, fine pleomorphic
+    clustered calcifications) over the benign one (circumscribed mass, a few coarse scattered
+    calcifications); ``contrast`` scales the added attenuation.
+    """
 
     kind: str
     depth: float
@@ -40,6 +57,25 @@ class Lesion:
     size: float
     spiculated: bool = False
     seed: int = 0
+    malignant: bool = False
+    contrast: float = 1.0
+
+
+@dataclass(frozen=True)
+class BenignStructure:
+    """A normal bright structure (see :data:`BENIGN_STRUCTURES`) in breast coordinates.
+
+    ``depth`` / ``offset_*`` as for :class:`Lesion` (for a skin marker ``offset_cc`` is the
+    angle on the skin line in radians); ``size`` a radius as a fraction of rows; ``seed``
+    drives its shape.
+    """
+
+    kind: str
+    depth: float
+    offset_cc: float
+    offset_mlo: float
+    size: float
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -109,6 +145,22 @@ def _segment_distance(
     return np.hypot(rr - (start[0] + t * direction[0]), cc - (start[1] + t * direction[1]))
 
 
+def _paint_disk(out: np.ndarray, centre: np.ndarray, radius: float, level: float) -> None:
+    """``out = max(out, level * disk)`` for an anti-aliased disk of ``radius`` px at ``centre``
+    (row, col) source px, computed in a window around it."""
+    reach = int(np.ceil(radius)) + 2
+    r0, c0 = int(np.floor(centre[0])) - reach, int(np.floor(centre[1])) - reach
+    rs, cs = max(r0, 0), max(c0, 0)
+    re = min(r0 + 2 * reach + 2, out.shape[0])
+    ce = min(c0 + 2 * reach + 2, out.shape[1])
+    if rs >= re or cs >= ce:
+        return
+    rr = np.arange(rs, re, dtype=np.float32)[:, None]
+    cc = np.arange(cs, ce, dtype=np.float32)[None, :]
+    disk = np.clip(radius - np.hypot(rr - centre[0], cc - centre[1]) + 0.5, 0.0, 1.0)
+    np.maximum(out[rs:re, cs:ce], np.float32(level) * disk, out=out[rs:re, cs:ce])
+
+
 def _lesion_map(
     lesion: Lesion, centre_rc: tuple[float, float], shape: tuple[int, int]
 ) -> tuple[np.ndarray, tuple[int, int]]:
@@ -116,7 +168,7 @@ def _lesion_map(
     rows = shape[0]
     rng = np.random.default_rng(lesion.seed)
     radius = max(lesion.size * rows, 2.0)
-    reach = {"mass": 2.8, "calcification": 1.3, "architectural distortion": 1.3, "asymmetry": 2.2}
+    reach = {"mass": 2.8, "calcification": 1.6, "architectural distortion": 1.3, "asymmetry": 2.2}
     half = int(np.ceil(radius * reach[lesion.kind])) + 3
     row0, col0 = int(round(centre_rc[0])) - half, int(round(centre_rc[1])) - half
     rr = np.arange(2 * half + 1, dtype=np.float32)[:, None] + row0
@@ -127,26 +179,38 @@ def _lesion_map(
     out = np.zeros((2 * half + 1, 2 * half + 1), np.float32)
     centre = np.array(centre_rc, np.float32)
     if lesion.kind == "mass":
+        # circumscribed (benign): smooth oval, sharp margin; malignant: irregular lobes and an
+        # indistinct margin, with spicules when ``spiculated``
+        irregular = lesion.malignant
+        amplitudes = (0.12, 0.25) if irregular else (0.0, 0.06)
         harmonics = sum(
-            rng.uniform(0.0, 0.12) * np.cos(k * angle + rng.uniform(0, 2 * np.pi))
-            for k in (2, 3, 5)
+            rng.uniform(*amplitudes) * np.cos(k * angle + rng.uniform(0, 2 * np.pi))
+            for k in ((3, 5, 7) if irregular else (2, 3))
         )
         edge = radius * (1.0 + harmonics)
-        out = 0.32 * np.clip((edge - dist) / 2.5 + 0.5, 0.0, 1.0) * (1.0 - 0.3 * (dist / edge) ** 2)
+        margin = 5.0 if irregular else 1.5
+        out = (
+            0.26
+            * np.clip((edge - dist) / margin + 0.5, 0.0, 1.0)
+            * (1.0 - 0.3 * (dist / edge) ** 2)
+        )
         if lesion.spiculated:
             for theta in rng.uniform(0, 2 * np.pi, int(rng.integers(8, 14))):
                 tip = centre + radius * rng.uniform(1.8, 2.7) * np.array(
                     [np.sin(theta), np.cos(theta)], np.float32
                 )
                 line = _segment_distance(rr, cc, centre, tip)
-                out = np.maximum(out, 0.16 * np.clip(1.6 - line, 0.0, 1.0))
+                out = np.maximum(out, 0.16 * np.clip(1.8 - line, 0.0, 1.0))
     elif lesion.kind == "calcification":
-        count = int(rng.integers(6, 16))
-        spots = centre + rng.normal(0.0, radius * 0.45, (count, 2))
-        for spot in spots:
-            spot_radius = rng.uniform(0.8, 1.8)
-            d = np.hypot(rr - spot[0], cc - spot[1])
-            out = np.maximum(out, 0.75 * np.clip(spot_radius - d + 0.5, 0.0, 1.0))
+        if lesion.malignant:  # fine pleomorphic, tightly clustered, many
+            count, spread, spot, level = int(rng.integers(14, 26)), 0.35, (0.6, 1.3), (0.35, 0.6)
+        else:  # a few coarse round calcifications, loosely grouped
+            count, spread, spot, level = int(rng.integers(3, 7)), 0.8, (1.1, 1.9), (0.55, 0.9)
+        spots = centre + rng.normal(0.0, radius * spread, (count, 2))
+        for position in spots:
+            d = np.hypot(rr - position[0], cc - position[1])
+            disk = np.clip(rng.uniform(*spot) - d + 0.5, 0.0, 1.0)
+            out = np.maximum(out, rng.uniform(*level) * disk)
     elif lesion.kind == "architectural distortion":
         for theta in rng.uniform(0, 2 * np.pi, int(rng.integers(10, 16))):
             start = centre + radius * 0.15 * np.array([np.sin(theta), np.cos(theta)], np.float32)
@@ -157,7 +221,90 @@ def _lesion_map(
             out = np.maximum(out, 0.17 * np.clip(1.5 - line, 0.0, 1.0))
     else:
         out = 0.16 * np.exp(-0.5 * (dist / (0.7 * radius)) ** 4)
-    return out.astype(np.float32), (row0, col0)
+    return (lesion.contrast * out).astype(np.float32), (row0, col0)
+
+
+def _skin_point(
+    angle: float, view: str, geo: BreastGeometry, shape: tuple[int, int]
+) -> tuple[float, float]:
+    """(row, col) source px just inside the skin line at ``angle`` radians from the nipple axis."""
+    rows, cols = shape
+    centre = (geo.centre_cc if view == "CC" else geo.centre_mlo) * rows
+    half_height = (geo.height_cc if view == "CC" else geo.height_mlo) * rows
+    return centre + 0.95 * half_height * np.sin(angle), 0.95 * geo.depth * cols * np.cos(angle)
+
+
+def _structure_map(
+    structure: BenignStructure, view: str, geo: BreastGeometry, shape: tuple[int, int]
+) -> np.ndarray:
+    """Attenuation [rows, cols] float32 added by one normal structure in one view."""
+    rows, cols = shape
+    rng = np.random.default_rng(structure.seed)
+    rr = np.arange(rows, dtype=np.float32)[:, None]
+    cc = np.arange(cols, dtype=np.float32)[None, :]
+    out = np.zeros(shape, np.float32)
+    point = Lesion(
+        kind="mass",
+        depth=structure.depth,
+        offset_cc=structure.offset_cc,
+        offset_mlo=structure.offset_mlo,
+        size=structure.size,
+    )
+    radius = max(structure.size * rows, 1.0)
+    if structure.kind == "vascular calcification":
+        # a calcified vessel: two parallel dashed bright lines ("tram tracks") along a curve
+        end = Lesion(
+            "mass",
+            structure.depth + 0.35,
+            0.5 * structure.offset_cc,
+            0.5 * structure.offset_mlo,
+            structure.size,
+        )
+        start_rc = np.array(lesion_centre(point, view, geo, shape), np.float32)
+        end_rc = np.array(lesion_centre(end, view, geo, shape), np.float32)
+        bend = rng.normal(0.0, 0.08 * rows, 2).astype(np.float32)
+        normal = np.array([end_rc[1] - start_rc[1], start_rc[0] - end_rc[0]], np.float32)
+        normal /= max(float(np.hypot(*normal)), 1e-6)
+        level = rng.uniform(0.45, 0.8)
+        for t in np.linspace(0.0, 1.0, 60):
+            if rng.uniform() < 0.3:  # gaps in the calcified wall
+                continue
+            along = (
+                (1 - t) ** 2 * start_rc
+                + 2 * t * (1 - t) * ((start_rc + end_rc) / 2 + bend)
+                + t**2 * end_rc
+            )
+            for side in (-1.0, 1.0):
+                _paint_disk(out, along + side * 1.4 * normal, 0.7, level)
+    elif structure.kind == "coarse calcification":
+        centre = np.array(lesion_centre(point, view, geo, shape), np.float32)
+        for _ in range(int(rng.integers(1, 4))):
+            spot = centre + rng.normal(0.0, 4.0 * radius, 2)
+            level = rng.uniform(0.7, 1.0)
+            _paint_disk(out, spot, rng.uniform(1.2, 2.4), level)
+    elif structure.kind == "skin marker":
+        centre = np.array(_skin_point(structure.offset_cc, view, geo, shape), np.float32)
+        _paint_disk(out, centre, max(radius, 1.5), rng.uniform(1.0, 1.3))
+    elif structure.kind == "dense island":
+        centre = np.array(lesion_centre(point, view, geo, shape), np.float32)
+        stretch = rng.uniform(1.0, 1.8)
+        d = np.hypot((rr - centre[0]) / stretch, cc - centre[1])
+        out = rng.uniform(0.10, 0.22) * np.exp(-0.5 * (d / radius) ** 2)
+    elif structure.kind == "lymph node" and view == "MLO":
+        # axillary node high on the pectoral muscle edge: a dense oval with a fatty hilum
+        centre = np.array(
+            [geo.centre_mlo * rows - 0.75 * geo.height_mlo * rows, 0.3 * geo.pectoral_width * cols],
+            np.float32,
+        ) + rng.normal(0.0, 0.02 * rows, 2).astype(np.float32)
+        d = np.hypot((rr - centre[0]) / 1.5, cc - centre[1])
+        body = np.clip(radius - d + 0.5, 0.0, 1.0)
+        hilum = np.clip(
+            0.45 * radius - np.hypot((rr - centre[0]) / 1.5, cc - centre[1] - 0.4 * radius) + 0.5,
+            0.0,
+            1.0,
+        )
+        out = 0.2 * body - 0.12 * hilum * body
+    return out
 
 
 def _paste(canvas: np.ndarray, patch: np.ndarray, origin: tuple[int, int]) -> None:
@@ -177,8 +324,12 @@ def render_view(
     lesions: list[Lesion],
     shape: tuple[int, int],
     rng: np.random.Generator,
+    structures: tuple[BenignStructure, ...] | list[BenignStructure] = (),
 ) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
-    """(attenuation float32 [rows, cols] in ~[0, 1.3], breast mask bool, boxes per lesion)."""
+    """(attenuation float32 [rows, cols] in ~[0, 1.6], breast mask bool, boxes per lesion).
+
+    ``structures`` (normal bright structures) are added before the lesions and get no box.
+    """
     rows, cols = shape
     breast, rho, pectoral, centre, half_height, half_depth = _outline(view, geo, shape)
     thickness = np.clip(np.sqrt(np.clip(1.0 - rho**2, 0.0, 1.0)) * 2.2, 0.0, 1.0)
@@ -196,6 +347,8 @@ def render_view(
     texture = 0.6 * _smooth_noise(rng, shape, rows / 200.0) + 0.4 * _smooth_noise(rng, shape, 1.2)
     attenuation = thickness * (0.30 + 0.36 * gland + 0.035 * texture * (0.4 + gland))
     attenuation += pectoral * 0.18
+    for structure in structures:
+        attenuation += _structure_map(structure, view, geo, shape) * breast
 
     boxes: list[list[int]] = []
     for lesion in lesions:
