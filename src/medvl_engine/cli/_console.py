@@ -38,11 +38,18 @@ LIBRARY_LOGGERS = (
     "PIL",
     "fsspec",
     "h5py",
+    "transformers",
+    "huggingface_hub",
+    "tokenizers",
+    "safetensors",
 )
 """Loggers (and the packages whose warnings) kept quiet during a command unless ``--verbose``."""
 
 _LIBRARY_MODULES = r"(" + "|".join(LIBRARY_LOGGERS) + r")(\.|$)"
 _HUB_PROGRESS_BARS = "HF_HUB_DISABLE_PROGRESS_BARS"
+# transformers reads this when it is imported and then resets its loggers' level from it (its
+# "LOAD REPORT" tables are warnings), so the logger levels above alone cannot hold it back.
+_TRANSFORMERS_VERBOSITY = "TRANSFORMERS_VERBOSITY"
 
 
 def printable(text: str) -> str:
@@ -90,6 +97,7 @@ def command_session(verbose: bool = False) -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
     levels = [logger.level for logger in loggers]
     hide_bars = not verbose and _HUB_PROGRESS_BARS not in os.environ
+    hide_reports = not verbose and _TRANSFORMERS_VERBOSITY not in os.environ
     try:
         with warnings.catch_warnings():
             if not verbose:
@@ -98,14 +106,34 @@ def command_session(verbose: bool = False) -> Iterator[None]:
                     logger.setLevel(logging.CRITICAL + 1)
             if hide_bars:
                 os.environ[_HUB_PROGRESS_BARS] = "1"
-            yield
+            if hide_reports:
+                os.environ[_TRANSFORMERS_VERBOSITY] = "error"
+            with _no_transformers_bars(active=not verbose):
+                yield
     finally:
         if hide_bars:
             os.environ.pop(_HUB_PROGRESS_BARS, None)
+        if hide_reports:
+            os.environ.pop(_TRANSFORMERS_VERBOSITY, None)
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
         if sys.stderr is not original_stderr and isinstance(sys.stderr, _LineTracker):
             sys.stderr = original_stderr
+
+
+@contextlib.contextmanager
+def _no_transformers_bars(active: bool) -> Iterator[None]:
+    """Switch off transformers' own "Loading weights" bars when it was imported already (the
+    environment variables only reach an import that happens later)."""
+    module = sys.modules.get("transformers.utils.logging")
+    if not active or module is None or not module.is_progress_bar_enabled():
+        yield
+        return
+    module.disable_progress_bar()
+    try:
+        yield
+    finally:
+        module.enable_progress_bar()
 
 
 def report_error(program: str, error: BaseException, verbose: bool = False) -> None:
