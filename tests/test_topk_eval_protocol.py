@@ -141,7 +141,13 @@ def test_a_saved_model_is_evaluated_with_zero_epochs_and_by_the_eval_action(tmp_
     from medvl_engine.training.topksiglip_task import ACTIONS
 
     capsys.readouterr()
-    assert ACTIONS["eval"](zero, dataclasses.replace(from_saved, linear_probe=False)) == 0
+    # without the probe, eval reads (here: writes) the test cohort and nothing else
+    fresh = dataclasses.replace(
+        from_saved, linear_probe=False, synthetic_dir=str(tmp_path / "fresh")
+    )
+    assert ACTIONS["eval"](zero, fresh) == 0
+    (cohort,) = (tmp_path / "fresh").iterdir()
+    assert sorted(path.name for path in cohort.iterdir()) == ["breasts", "test"]
     out = capsys.readouterr().out
     assert f"model: {saved}" in out
     result = json.loads((tmp_path / "zero" / "test_evaluation.json").read_text())

@@ -165,7 +165,8 @@ def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig
 
     models = _models(run_config, task_config)
     device = _device(run_config.device)
-    task = TopKSigLIPTask(task_config, run_config)
+    # The training and validation splits are read only for the linear probe.
+    task = TopKSigLIPTask(task_config, run_config, read_train_val=task_config.linear_probe)
     task.progress = _progress
     test_set = task.dataset(task.test_records())
     resamples, seed = task_config.bootstrap_resamples, task_config.seed

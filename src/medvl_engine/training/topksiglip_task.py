@@ -276,7 +276,12 @@ class TopKSigLIPTask:
 
     name = "topksiglip"
 
-    def __init__(self, config: TopKSigLIPTaskConfig, run_config: RunConfig) -> None:
+    def __init__(
+        self, config: TopKSigLIPTaskConfig, run_config: RunConfig, read_train_val: bool = True
+    ) -> None:
+        """read_train_val=False: no training or validation data are read or written (the
+        test evaluation of a model without the linear probe needs neither); ``train_set`` and
+        ``eval_set`` are then None."""
         if config.k > config.grid * config.grid:
             raise ConfigError(f"task.k={config.k} exceeds the {config.grid}x{config.grid} grid.")
         if not 0.0 < config.train_fraction <= 1.0:
@@ -290,7 +295,7 @@ class TopKSigLIPTask:
         # Progress sink set before the data are read, so the skipped-row count is shown.
         self.progress: Callable[[str], None] | None = None
         self.skipped_birads_0_6 = 0  # manifest rows skipped (BI-RADS 0 or 6), all splits read
-        train_records, eval_records = self._records()
+        train_records, eval_records = self._records() if read_train_val else ([], [])
         self.train_rows_total = len(train_records)
         # The linear probe fits on the whole training split, whatever share pretraining uses.
         self.probe_train_records = train_records
@@ -303,8 +308,17 @@ class TopKSigLIPTask:
         # A synthetic cohort is small enough to keep decoded in memory; a manifest may list
         # hundreds of thousands of breasts, which are decoded again at each use.
         in_memory = not config.manifest
-        self.train_set = MammoDataset(
-            train_records, self.geometry, augment, seed=config.seed, cache=in_memory, loader=loader
+        self.train_set = (
+            MammoDataset(
+                train_records,
+                self.geometry,
+                augment,
+                seed=config.seed,
+                cache=in_memory,
+                loader=loader,
+            )
+            if read_train_val
+            else None
         )
         self.eval_set = (
             MammoDataset(
