@@ -33,6 +33,7 @@ __all__ = [
     "SlideClassification",
     "attention_heatmap",
     "classify_with_attention",
+    "model_tau_attn",
     "preset_prompts",
 ]
 
@@ -51,6 +52,24 @@ CLASS_PRESETS: dict[str, tuple[str, ...]] = {
     "synthetic demo slide": ("tumor", "stroma", "adipose"),
 }
 """Preset name -> class prompts (one prompt per class)."""
+
+
+DEFAULT_TAU_ATTN = 0.05
+
+
+def model_tau_attn(model: str) -> float:
+    """tau_attn recorded in a LIMIT-trained model folder's config.json, else 0.05 (LIMIT's)."""
+    import json
+    from pathlib import Path
+
+    config = Path(model) / "config.json"
+    try:
+        if config.is_file():
+            value = float(json.loads(config.read_text()).get("tau_attn", DEFAULT_TAU_ATTN))
+            return value if value > 0 else DEFAULT_TAU_ATTN
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    return DEFAULT_TAU_ATTN
 
 
 def preset_prompts(name: str) -> tuple[str, ...]:

@@ -15,7 +15,13 @@ __all__ = ["HELP", "add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("slide", type=Path, help="slide file")
-    parser.add_argument("--classes", nargs="+", required=True, help="class prompts (>= 2)")
+    parser.add_argument("--classes", nargs="+", default=None, help="class prompts (>= 2)")
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="class prompts of an organ preset instead of --classes (e.g. 'breast (SPIDER-C)'; "
+        "an unknown name lists them)",
+    )
     parser.add_argument("--model", default="medvl-demo", help="registry name, folder or HF id")
     add_feature_arguments(parser)
     parser.add_argument(
@@ -33,6 +39,12 @@ def run(args: argparse.Namespace) -> int:
     from medvl_engine.errors import ConfigError
     from medvl_engine.heatmap import classify_slide
 
+    if (args.classes is None) == (args.preset is None):
+        raise ConfigError("give the classes with --classes A B ... or --preset NAME (one of them).")
+    if args.preset is not None:
+        from medvl_engine.slide_classification import preset_prompts
+
+        args.classes = list(preset_prompts(args.preset))
     if len(args.classes) < 2:
         raise ConfigError("--classes needs at least two class prompts to choose between.")
     tau = args.tau_attn if args.tau_attn is not None else _model_tau(args.model)
@@ -62,10 +74,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _model_tau(model: str) -> float:
     """tau_attn recorded in a LIMIT-trained model folder, else the LIMIT default 0.05."""
-    config = Path(model) / "config.json"
-    if config.is_file():
-        try:
-            return float(json.loads(config.read_text()).get("tau_attn", 0.05))
-        except (ValueError, TypeError):
-            return 0.05
-    return 0.05
+    from medvl_engine.slide_classification import model_tau_attn
+
+    return model_tau_attn(model)

@@ -1,0 +1,124 @@
+"""The slide classification job: encoder, feature store, LIMIT zero-shot scores and attention maps.
+
+No Qt here; runs inside a thread worker. Features come from the engine's cache
+(:func:`medvl_engine.features.slide_features`, shared with ``medvl classify``) or from a
+features file the user names; the encoder and stores stay loaded in a ``ClassifyCache``. Every
+class's attention map is built here, so choosing another class in the dock only swaps arrays.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from napari_medvl._progress import Progress, run_with_progress
+
+__all__ = ["ClassifyCache", "ClassifyOutcome", "ClassifyRequest", "classify_job", "format_ranking"]
+
+
+@dataclass(frozen=True)
+class ClassifyRequest:
+    """A slide (engine Slide), a model, class prompts (>= 2), tau_attn (None: the model's)."""
+
+    slide: Any
+    model: str
+    classes: tuple[str, ...]
+    tau_attn: float | None = None
+    features: Path | None = None
+
+
+@dataclass
+class ClassifyOutcome:
+    """The engine's SlideClassification, one attention Heatmap per class, and the store."""
+
+    request: ClassifyRequest
+    classification: Any
+    heatmaps: dict[str, Any]
+    store: Any
+
+
+@dataclass
+class ClassifyCache:
+    """Encoders by model and feature stores by (slide path, model, features file).
+
+    ``root``: folder for extracted stores; None means the engine's cache, where ``medvl
+    classify`` finds them too.
+    """
+
+    root: Path | None = None
+    encoders: dict[str, Any] = field(default_factory=dict)
+    stores: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+
+
+def classify_job(
+    request: ClassifyRequest, cache: ClassifyCache, cancel: threading.Event | None = None
+) -> Generator[Progress, None, ClassifyOutcome]:
+    """Generator job: load the encoder, get the slide's features, score classes, build maps."""
+    from medvl_engine.encoders import load_encoder
+    from medvl_engine.errors import CancelledError, ConfigError, DataError
+    from medvl_engine.features import open_features_for_slide, slide_features
+    from medvl_engine.slide_classification import (
+        attention_heatmap,
+        classify_with_attention,
+        model_tau_attn,
+    )
+
+    if len(request.classes) < 2:
+        raise ConfigError("Give at least two classes, one per line, to choose between.")
+    encoder = cache.encoders.get(request.model)
+    if encoder is None:
+        encoder = yield from run_with_progress(
+            "loading model", lambda progress: load_encoder(request.model), cancel=cancel
+        )
+        cache.encoders[request.model] = encoder
+    key = (str(request.slide.path), request.model, str(request.features or ""))
+    store = cache.stores.get(key)
+    if store is None:
+        if request.features is not None:
+            yield Progress("reading features")
+            store = open_features_for_slide(request.features, request.slide)
+            if store.embed_dim != encoder.embed_dim:
+                raise DataError(
+                    f"{Path(request.features).name} holds {store.embed_dim}-dimensional "
+                    f"features but {encoder.name} embeds prompts in {encoder.embed_dim}; "
+                    "choose the model the features were extracted with.",
+                    request.features,
+                )
+            if store.mpp is None and request.slide.mpp is not None:
+                store.mpp = tuple(request.slide.mpp)
+        else:
+            store = yield from run_with_progress(
+                "features",
+                lambda progress: slide_features(
+                    request.slide, encoder, _store_path(cache, request, encoder), progress=progress
+                ),
+                cancel=cancel,
+            )
+        cache.stores[key] = store
+    if cancel is not None and cancel.is_set():
+        raise CancelledError("The classification was cancelled.")
+    yield Progress("scoring classes")
+    tau = request.tau_attn if request.tau_attn is not None else model_tau_attn(request.model)
+    classification = classify_with_attention(store, encoder, list(request.classes), tau)
+    heatmaps = {
+        name: attention_heatmap(store, classification, name) for name in classification.names
+    }
+    return ClassifyOutcome(request, classification, heatmaps, store)
+
+
+def _store_path(cache: ClassifyCache, request: ClassifyRequest, encoder: Any) -> Path | None:
+    if cache.root is None:
+        return None
+    return Path(cache.root) / f"{Path(str(request.slide.path)).stem}-{encoder.name}.zarr"
+
+
+def format_ranking(classification: Any) -> str:
+    """One line per class, best first: ``1. tumor  0.9123`` (Eq. 5 picks line 1)."""
+    ranked = classification.ranked
+    width = max(len(name) for name, _ in ranked)
+    return "\n".join(
+        f"{rank}. {name:<{width}}  {score:.4f}" for rank, (name, score) in enumerate(ranked, 1)
+    )
