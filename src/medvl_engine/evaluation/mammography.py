@@ -531,14 +531,6 @@ def zero_shot_columns(probs: dict[str, np.ndarray], suffix: str = "") -> dict[st
     return scores
 
 
-def _with_suffix(
-    columns: dict[str, np.ndarray] | dict[str, list[str]], suffix: str
-) -> dict[str, object]:
-    if isinstance(next(iter(columns.values()), None), list):
-        return {f"{k}{suffix}": [f"{m}{suffix}" for m in v] for k, v in columns.items()}
-    return {f"{k}{suffix}": v for k, v in columns.items()}
-
-
 def readout_table(
     outputs: MammoEvalOutputs,
     scores: dict[str, np.ndarray],
@@ -683,13 +675,8 @@ def model_readouts(
         suffix = f"@k{int(sweep_k)}"
         swept = collect_outputs(model, rows, k=int(sweep_k), batch_size=batch_size)
         columns = zero_shot_columns(_prompt_probabilities(model, swept.embeddings), suffix)
-        truth, known, groups = label_columns(outputs)
-        table = table.with_scores(
-            columns,
-            _with_suffix(truth, suffix),
-            _with_suffix(known, suffix),
-            _with_suffix(groups, suffix),
-        )
+        extra = readout_table(swept, columns, None, suffix=suffix)  # labels only, no maps
+        table = table.with_scores(extra.scores, extra.truth, extra.known, extra.groups)
     return table, outputs
 
 
