@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,8 +109,30 @@ def _make_mammograms(inputs: Path) -> SyntheticMammoCase:
     return make_mammogram_case(inputs / "mammograms", seed=DEMO_SEED, laterality="L")
 
 
-def _run_pathology(scene: DemoScene, model: str, progress: Progress) -> None:
-    from medvl_engine.encoders import load_encoder
+def _load_models(model: str, topk_model: str) -> tuple[Future, Future]:
+    """Load the encoder, then the TopK model, in one background thread (futures of each).
+
+    The main thread paints the synthetic inputs meanwhile: loading is mostly imports and file
+    reads, painting mostly numpy, so on 2 cores the two overlap.
+    """
+
+    def encoder() -> Any:
+        from medvl_engine.encoders import load_encoder
+
+        return load_encoder(model)
+
+    def topk() -> Any:
+        from medvl_engine.models.topksiglip import load_topksiglip
+
+        return load_topksiglip(topk_model)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medvl-demo-load")
+    loads = pool.submit(encoder), pool.submit(topk)
+    pool.shutdown(wait=False)
+    return loads
+
+
+def _run_pathology(scene: DemoScene, model: str, loading: Future, progress: Progress) -> None:
     from medvl_engine.features import extract_features
     from medvl_engine.heatmap import similarity_map, top_patches
     from medvl_engine.io.slide import open_slide
@@ -118,8 +141,8 @@ def _run_pathology(scene: DemoScene, model: str, progress: Progress) -> None:
     scene.model = model
     try:
         progress(f"loading encoder {model}")
-        with scene.stage("load encoder"):
-            encoder = load_encoder(model)
+        with scene.stage("load encoder"):  # the part not hidden behind the inputs' painting
+            encoder = loading.result()
         with scene.stage("features"):
             slide = open_slide(scene.slide_path)
             grid = patch_grid(slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp)
@@ -134,9 +157,11 @@ def _run_pathology(scene: DemoScene, model: str, progress: Progress) -> None:
         scene.notes.append(f"slide heatmap skipped: {error}")
 
 
-def _run_mammography(scene: DemoScene, model: str, k: int, progress: Progress) -> None:
+def _run_mammography(
+    scene: DemoScene, model: str, loading: Future, k: int, progress: Progress
+) -> None:
     from medvl_engine.io.mammo import breast_image, open_mammogram
-    from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
+    from medvl_engine.models.topksiglip import predict_topk
 
     scene.topk_model = model
     try:
@@ -145,7 +170,7 @@ def _run_mammography(scene: DemoScene, model: str, k: int, progress: Progress) -
             scene.breast = breast_image(cc, mlo)
         progress(f"loading TopKSigLIP model {model}")
         with scene.stage("load TopK model"):
-            topk_model = load_topksiglip(model)
+            topk_model = loading.result()
         progress(f"running TopK-Patch (K = {k})")
         with scene.stage("TopK"):
             scene.topk = predict_topk(topk_model, scene.breast, k=k)
@@ -169,10 +194,13 @@ def build_scene(
     ``scene.notes``.
     """
     out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    import medvl_engine.synthetic  # noqa: F401  (imports torch before the loader thread does)
+
+    encoder_loading, topk_loading = _load_models(model, topk_model)
     progress(f"making synthetic slide and mammograms in {out / 'inputs'}")
     inputs = out / "inputs"
     inputs.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     slide_path = _make_slide(inputs, slide_size or DEMO_SLIDE_SIZE)
     scene = DemoScene(out=out, slide_path=slide_path, prompt=prompt)
     scene.timings.append(("synthetic slide", time.perf_counter() - started))
@@ -180,8 +208,8 @@ def build_scene(
         case = _make_mammograms(inputs)
     scene.cc_path, scene.mlo_path = Path(case.cc_path), Path(case.mlo_path)
     scene.laterality = case.laterality
-    _run_pathology(scene, model, progress)
-    _run_mammography(scene, topk_model, k, progress)
+    _run_pathology(scene, model, encoder_loading, progress)
+    _run_mammography(scene, topk_model, topk_loading, k, progress)
     return scene
 
 

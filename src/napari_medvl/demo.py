@@ -38,14 +38,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--headless", action="store_true", help="write files even when a display is available"
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="let the libraries' load reports and warnings through",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 with one sentence on a MedVLError)."""
+    from medvl_engine.cli._console import command_session
+
     args = _parser().parse_args(argv)
     try:
-        return _run(args)
+        with command_session(verbose=args.verbose):
+            return _run(args)
     except MedVLError as error:
         print(f"napari-medvl-demo: error: {error}", file=sys.stderr)
         return error.exit_code

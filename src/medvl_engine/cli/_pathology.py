@@ -136,6 +136,12 @@ def add_rendering_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="iso-contour levels for --geojson-style contours",
     )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="GeoJSON tiles: classes 'score >= T' / 'score < T' instead of 5 score bins",
+    )
     parser.add_argument("--max-size", type=int, default=2048, help="longest side of a PNG/JPEG")
     parser.add_argument("--level", type=int, default=None, help="PNG/JPEG at this pyramid level")
     parser.add_argument(
@@ -182,6 +188,7 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
                 box_scores=box_scores,
                 geojson_style=args.geojson_style,
                 contour_levels=args.levels,
+                threshold=args.threshold,
                 max_size=args.max_size,
                 level=args.level,
                 colormap=args.colormap,
