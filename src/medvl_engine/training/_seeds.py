@@ -80,7 +80,8 @@ def selected_model_dirs(run_config: Any, name: str = "best") -> list[tuple[int |
     if missing:
         raise ConfigError(
             f"no saved model in {', '.join(missing)}; train first with the same --config and "
-            "run.out_dir (and run.seeds), or evaluate a model folder with task.init_from=FOLDER."
+            "run.out_dir (and run.seeds) and a run.select_metric that validation measures (it "
+            "picks best/), or evaluate a model folder with task.init_from=FOLDER."
         )
     return found
 
