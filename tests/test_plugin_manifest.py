@@ -25,9 +25,22 @@ def test_plugin_is_discovered_by_entry_point():
     assert "napari-medvl" in manager._manifests
     readers = list(manager.iter_compatible_readers(["slide.svs"]))
     assert any(reader.plugin_name == "napari-medvl" for reader in readers)
+    features = list(manager.iter_compatible_readers(["slide.h5"]))
+    assert [r.command for r in features if r.plugin_name == "napari-medvl"] == [
+        "napari-medvl.get_features_reader"
+    ]
+    for layer_type in ("image", "shapes"):
+        writers = list(manager.iter_compatible_writers([layer_type]))
+        extensions = {
+            ext for w in writers if w.plugin_name == "napari-medvl" for ext in w.filename_extensions
+        }
+        assert {".geojson", ".png", ".csv"} <= extensions
+    image_writers = manager.iter_compatible_writers(["image"])
+    assert any(".tiff" in w.filename_extensions for w in image_writers)
 
 
 def test_every_dock_widget_of_the_manifest_opens(make_napari_viewer):
+    from napari_medvl._classify_widget import ClassifyWidget
     from napari_medvl._export_widget import ExportWidget
     from napari_medvl._heatmap_widget import HeatmapWidget
     from napari_medvl._topk_widget import TopKWidget
@@ -37,6 +50,7 @@ def test_every_dock_widget_of_the_manifest_opens(make_napari_viewer):
         "Text prompt heatmap": HeatmapWidget,
         "Mammogram TopK": TopKWidget,
         "Export overlays": ExportWidget,
+        "Slide classification": ClassifyWidget,
     }
     for name, widget_type in expected.items():
         _, widget = viewer.window.add_plugin_dock_widget("napari-medvl", name)

@@ -35,6 +35,7 @@ __all__ = [
     "classify_with_attention",
     "model_tau_attn",
     "preset_prompts",
+    "values_heatmap",
 ]
 
 _SPIDER_C = ("tumor", "stroma", "inflammation", "necrosis", "epithelium", "vascular", "fat")
@@ -163,18 +164,33 @@ def classify_with_attention(
 def attention_heatmap(store: Any, classification: SlideClassification, name: str) -> Any:
     """The attention of class ``name`` as a Heatmap of ``alpha_i * N`` on the store's grid.
 
-    Placed like the prompt heatmaps (:func:`medvl_engine.heatmap.similarity_map`): one cell
-    per stride step, micrometres when the store has an mpp. ``value_range`` is (0, max),
-    ``prompt`` the class name, ``mode`` "attention".
+    ``value_range`` is (0, max), ``prompt`` the class name, ``mode`` "attention".
     """
-    from medvl_engine.heatmap import Heatmap, _layout, _scores_to_grid
-
     if name not in classification.names:
         raise ConfigError(f"{name!r} is not one of the classified classes.")
     index = classification.names.index(name)
-    relative = (classification.attention[index] * classification.attention.shape[1]).astype(
-        np.float32
-    )  # [N]
+    relative = classification.attention[index] * classification.attention.shape[1]  # [N]
+    heatmap = values_heatmap(store, relative, name, mode="attention")
+    heatmap.metadata.update(
+        {"tau_attn": classification.tau_attn, "unit": "alpha x N (1 = uniform attention)"}
+    )
+    return heatmap
+
+
+def values_heatmap(store: Any, values: np.ndarray, label: str, mode: str) -> Any:
+    """Per-patch ``values`` [N] (store order) as a Heatmap on the store's grid.
+
+    Placed like the prompt heatmaps (:func:`medvl_engine.heatmap.similarity_map`): one cell
+    per stride step, micrometres when the store has an mpp; ``value_range`` is (min(0, low),
+    high) of the finite values.
+    """
+    from medvl_engine.heatmap import Heatmap, _layout, _scores_to_grid
+
+    values = np.asarray(values, dtype=np.float32).reshape(-1)
+    if values.shape[0] != store.n_patches:
+        raise DataError(
+            f"Got {values.shape[0]} values for a feature store of {store.n_patches} patches."
+        )
     layout = _layout(store)
     cell = layout["cell"]
     origin_x, origin_y = layout["origin"]
@@ -182,23 +198,20 @@ def attention_heatmap(store: Any, classification: SlideClassification, name: str
         mpp_x, mpp_y, units = float(store.mpp[0]), float(store.mpp[1]), "um"
     else:
         mpp_x, mpp_y, units = 1.0, 1.0, "px"
-    high = float(np.nanmax(relative)) if relative.size else 1.0
+    finite = values[np.isfinite(values)]
+    low = min(0.0, float(finite.min())) if finite.size else 0.0
+    high = float(finite.max()) if finite.size else 1.0
     return Heatmap(
-        grid=_scores_to_grid(store, relative),
-        scores=relative,
+        grid=_scores_to_grid(store, values),
+        scores=values,
         origin_level0=(origin_x, origin_y),
         cell_size_level0=cell,
         scale=(cell * mpp_y, cell * mpp_x),
         translate=((origin_y + cell / 2) * mpp_y, (origin_x + cell / 2) * mpp_x),
         units=units,
-        mode="attention",
+        mode=mode,
         normalize="none",
-        prompt=name,
-        value_range=(0.0, high if high > 0 else 1.0),
-        metadata={
-            "encoder": store.encoder,
-            "slide": store.slide,
-            "tau_attn": classification.tau_attn,
-            "unit": "alpha x N (1 = uniform attention)",
-        },
+        prompt=label,
+        value_range=(low, high if high > low else low + 1.0),
+        metadata={"encoder": store.encoder, "slide": store.slide},
     )

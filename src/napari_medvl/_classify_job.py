@@ -28,6 +28,8 @@ class ClassifyRequest:
     classes: tuple[str, ...]
     tau_attn: float | None = None
     features: Path | None = None
+    store: Any = None
+    """An opened feature store of this slide (from a features layer); used as it is."""
 
 
 @dataclass
@@ -75,7 +77,12 @@ def classify_job(
         )
         cache.encoders[request.model] = encoder
     key = (str(request.slide.path), request.model, str(request.features or ""))
-    store = cache.stores.get(key)
+    store = request.store if request.store is not None else cache.stores.get(key)
+    if store is not None and store.embed_dim != encoder.embed_dim:
+        raise DataError(
+            f"The slide's features are {store.embed_dim}-dimensional but {encoder.name} embeds "
+            f"prompts in {encoder.embed_dim}; choose the model the features were extracted with.",
+        )
     if store is None:
         if request.features is not None:
             yield Progress("reading features")

@@ -136,13 +136,25 @@ class ClassifyWidget(Container):
             return None
         features = self.features.value
         features = Path(features) if features and str(features) not in ("", ".") else None
+        slide = layer.metadata["slide"]
         return ClassifyRequest(
-            slide=layer.metadata["slide"],
+            slide=slide,
             model=self.model.value,
             classes=classes,
             tau_attn=float(self.tau.value) or None,
             features=features,
+            store=None if features is not None else self._opened_store(slide),
         )
+
+    def _opened_store(self, slide: Any) -> Any:
+        """The feature store of a features layer opened on ``slide`` (the latest), or None."""
+        stores = [
+            layer.metadata.get("feature_store")
+            for layer in self._viewer.layers
+            if layer.metadata.get("medvl_kind") == "features"
+            and layer.metadata.get("slide") is slide
+        ]
+        return stores[-1] if stores else None
 
     def run(self, _value: Any = None) -> Any:
         """Start the classification (cancelling a running one); returns the worker or None."""
@@ -212,6 +224,7 @@ class ClassifyWidget(Container):
                 blending="translucent",
                 contrast_limits=limits,
                 interpolation2d="nearest",
+                units=("um", "um") if heatmap.units == "um" else ("pixel", "pixel"),
                 scale=heatmap.scale,
                 translate=heatmap.translate,
                 metadata=metadata,
