@@ -131,10 +131,13 @@ def _print_report(
         print(f"  {header}: {entry['model']}")
     columns = [*headers, f"mean +- std ({len(per_model)})", "baseline (no training)"]
     width = 24
-    print(f"  {'metric':<30}" + "".join(f"{c:<{width}}" for c in columns) + "baseline reads")
     keys = set(baseline)
     for entry in per_model:
         keys |= set(entry["metrics"])
+    name_width = max(len(key) for key in keys) + 2
+    print(
+        f"  {'metric':<{name_width}}" + "".join(f"{c:<{width}}" for c in columns) + "baseline reads"
+    )
     for key in _ordered(keys):
         cells = [_shown(entry["metrics"].get(key), key) for entry in per_model]
         if key in over_seeds:
@@ -148,7 +151,7 @@ def _print_report(
         reads = chosen.get(
             key, "max-intensity map" if key.startswith(("pointing", "pixel")) else ""
         )
-        print(f"  {key:<30}" + "".join(f"{c:<{width}}" for c in cells) + reads)
+        print(f"  {key:<{name_width}}" + "".join(f"{c:<{width}}" for c in cells) + reads)
 
 
 def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> int:
