@@ -66,12 +66,15 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
             slide=metadata.get("slide"),
             boxes=boxes,
             box_scores=scores,
+            model=metadata.get("model"),
         )
     from medvl_engine.models import write_topk_outputs
 
     sources = {view: Path(file) for view, file in metadata.get("sources", {}).items() if file}
     breast = metadata["breast"]
-    written = write_topk_outputs(metadata["topk_result"], breast.image, sources, [path])
+    written = write_topk_outputs(
+        metadata["topk_result"], breast.image, sources, [path], model=metadata.get("model")
+    )
     return Path(written[0])
 
 
