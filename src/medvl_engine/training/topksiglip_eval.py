@@ -148,9 +148,12 @@ def _print_report(
         else:
             cells.append("-")
         cells.append(_shown(baseline.get(key), key))
-        reads = chosen.get(
-            key, "max-intensity map" if key.startswith(("pointing", "pixel")) else ""
-        )
+        if key.startswith(("pointing", "pixel")):
+            reads = "max-intensity map"
+        elif key.endswith("_avg") and key in baseline:
+            reads = "mean of each class's best"
+        else:
+            reads = chosen.get(key, "")
         print(f"  {key:<{name_width}}" + "".join(f"{c:<{width}}" for c in cells) + reads)
 
 
