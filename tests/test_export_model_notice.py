@@ -169,3 +169,68 @@ def test_positive_maps_use_the_sequential_map(tmp_path):
     description = read_heatmap_tiff_description(export_heatmap(tmp_path / "h.tiff", heatmap, store))
     assert description["colormap"] == SEQUENTIAL_MAP
     assert description["color_limits"] == [0.0, 1.0]
+
+
+def _topk_result():
+    from medvl_engine.models.topksiglip import TopKResult
+
+    importance = np.full((4, 4), 1 / 16, dtype=np.float32)
+    boxes = {"CC": np.array([[10.0, 10.0, 40.0, 40.0]]), "MLO": np.array([[5.0, 70, 35, 100]])}
+    return TopKResult(
+        boxes=boxes,
+        ranks={"CC": np.array([1]), "MLO": np.array([2])},
+        scores={"CC": np.array([0.6]), "MLO": np.array([0.3])},
+        breast_boxes=np.array([[10.0, 10.0, 40.0, 40.0], [5.0, 70.0, 35.0, 100.0]]),
+        breast_scores=np.array([0.6, 0.3]),
+        importance=importance,
+        cell_bounds=np.linspace(0, 128, 5),
+        zero_shot={},
+        embedding=np.zeros(4, dtype=np.float32),
+    )
+
+
+def test_topk_files_name_the_demo_model_and_its_notice(tmp_path):
+    from medvl_engine.models import write_topk_outputs
+
+    breast = np.full((128, 128), 0.5, dtype=np.float32)
+    targets = [tmp_path / "t.geojson", tmp_path / "t.csv", tmp_path / "t.png"]
+    write_topk_outputs(_topk_result(), breast, {}, targets, model="topksiglip-demo")
+    document = json.loads(targets[0].read_text())
+    assert document["medvl"]["model"] == "topksiglip-demo"
+    assert document["medvl"]["notice"] == DEMO_NOTICE
+    assert [f["properties"]["notice"] for f in document["features"]] == [DEMO_NOTICE] * 2
+    assert [f["properties"]["measurements"]["rank"] for f in document["features"]] == [1, 2]
+    with open(targets[1], newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["rank"], r["model"], r["notice"]) for r in rows] == [
+        ("1", "topksiglip-demo", DEMO_NOTICE),
+        ("2", "topksiglip-demo", DEMO_NOTICE),
+    ]
+    with Image.open(targets[2]) as image:
+        assert image.text["medvl:notice"] == DEMO_NOTICE
+        assert image.size[0] == 128 and image.size[1] > 128  # footer under the breast image
+
+
+def test_export_dock_files_carry_the_layer_model(tmp_path):
+    from napari_medvl._export_job import export_layer_metadata
+
+    store = _store()  # the store names no encoder; the layer knows its model
+    heatmap = similarity_map(store, torch.tensor([[1.0, 0.0]]), prompt="tumor")
+    metadata = {
+        "medvl_kind": "heatmap",
+        "heatmap": heatmap,
+        "feature_store": store,
+        "model": "medvl-demo",
+    }
+    path = export_layer_metadata(metadata, tmp_path / "dock.csv")
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["model"], r["notice"]) for r in rows} == {("medvl-demo", DEMO_NOTICE)}
+    topk = {
+        "medvl_kind": "topk",
+        "topk_result": _topk_result(),
+        "breast": type("Breast", (), {"image": np.full((128, 128), 0.5, np.float32)})(),
+        "model": "topksiglip-demo",
+    }
+    document = json.loads(export_layer_metadata(topk, tmp_path / "dock.geojson").read_text())
+    assert document["medvl"]["notice"] == DEMO_NOTICE
