@@ -123,7 +123,7 @@ def _store_slot(slide: Any, encoder: Any) -> str:
 
 UPDATE_INTERVAL_S = 0.5
 VISIBLE_FIRST_LIMIT = 96  # patches encoded directly before the engine extracts the rest
-_FIRST_BATCH = 8  # the first overlay: a handful of patches at the centre of the view
+_FIRST_BATCH = 4  # the first overlay: a handful of patches at the centre of the view
 _VISIBLE_BATCH = 32
 
 

@@ -169,6 +169,7 @@ class HeatmapWidget(Container):
         self.controls.run_button.changed.connect(self.run)
         self.controls.cancel_button.changed.connect(self._cancelled)
         self.prompts.native.returnPressed.connect(self.run)
+        self.model.changed.connect(self._show_notice)
         self.normalization.changed.connect(self._normalization_changed)
         self.history_choice.changed.connect(self._history_chosen)
         for control in (
@@ -183,6 +184,7 @@ class HeatmapWidget(Container):
             event.connect(self._refresh_choices)
         napari_viewer.layers.events.removed.connect(self._layer_removed)
         self._refresh_choices()
+        self._show_notice()
 
     def _fix_sizes(self) -> None:
         """Text that changes (status, history labels) wraps or elides instead of widening the
@@ -197,6 +199,13 @@ class HeatmapWidget(Container):
         status.setWordWrap(True)
         status.setFixedHeight(3 * status.fontMetrics().lineSpacing())
         status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        notice = self.controls.notice.native
+        notice.setWordWrap(True)
+        notice.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        notice.setFixedHeight(2 * notice.fontMetrics().lineSpacing())
+        policy = notice.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        notice.setSizePolicy(policy)
         policy = progress.sizePolicy()
         policy.setHorizontalPolicy(QSizePolicy.Policy.Ignored)
         progress.setSizePolicy(policy)
@@ -286,8 +295,12 @@ class HeatmapWidget(Container):
         return demo_notice_for(self.model.value.strip() or "medvl-demo")
 
     def _set_status(self, message: str, notice: bool = True) -> None:
-        demo = self.demo_notice() if notice else None
-        self.controls.status.value = f"{message} ({demo})" if demo else message
+        self.controls.status.value = message
+        self._show_notice()
+
+    def _show_notice(self, _value: Any = None) -> None:
+        """The model's demo notice on the line under the status (empty for other models)."""
+        self.controls.set_notice(self.demo_notice())
 
     def _show_progress(self, report: Progress) -> None:
         if report.total > 0:
