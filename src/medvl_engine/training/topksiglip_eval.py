@@ -115,6 +115,13 @@ def _shown(values: tuple[float, float, float, float] | None, key: str) -> str:
     return f"{point:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def _mean_std(summary: tuple[float, float, int] | None, models: int) -> str:
+    if summary is None:
+        return "-"
+    mean, std, count = summary
+    return f"{mean:.3f} +- {std:.3f}" + (f" (n={count})" if count < models else "")
+
+
 def _print_report(
     per_model: list[dict[str, Any]],
     over_seeds: dict[str, tuple[float, float, int]],
@@ -129,7 +136,9 @@ def _print_report(
     )
     for header, entry in zip(headers, per_model, strict=True):
         print(f"  {header}: {entry['model']}")
-    columns = [*headers, f"mean +- std ({len(per_model)})", "baseline (no training)"]
+    several = len(per_model) > 1  # the mean +- std column only over several seeds
+    spread = [f"mean +- std ({len(per_model)})"] if several else []
+    columns = [*headers, *spread, "baseline (no training)"]
     width = 24
     keys = set(baseline)
     for entry in per_model:
@@ -140,13 +149,8 @@ def _print_report(
     )
     for key in _ordered(keys):
         cells = [_shown(entry["metrics"].get(key), key) for entry in per_model]
-        if key in over_seeds:
-            mean, std, count = over_seeds[key]
-            cells.append(
-                f"{mean:.3f} +- {std:.3f}" + (f" (n={count})" if count < len(headers) else "")
-            )
-        else:
-            cells.append("-")
+        if several:
+            cells.append(_mean_std(over_seeds.get(key), len(per_model)))
         cells.append(_shown(baseline.get(key), key))
         if key.startswith(("pointing", "pixel")):
             reads = "max-intensity map"
