@@ -112,3 +112,27 @@ def test_demo_stderr_holds_no_library_noise(demo_run):
 def test_demo_finishes_within_its_bound(demo_run):
     _, _, wall = demo_run
     assert wall < DEMO_WALL_BOUND_S, f"medvl demo took {wall:.1f} s"
+
+
+def test_missing_shipped_models_are_notes_naming_the_rebuild_never_a_training_run(
+    tmp_path, monkeypatch
+):
+    from medvl_engine import demo_models
+    from medvl_engine.demo import build_scene
+
+    empty = tmp_path / "no-shipped-models"
+    empty.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setattr(demo_models, "SHIPPED_ROOT", empty)
+    monkeypatch.setenv("MEDVL_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.perf_counter()
+    scene = build_scene(
+        tmp_path / "out", "tumor", "medvl-demo", "topksiglip-demo", 4, slide_size=(512, 512)
+    )
+    assert time.perf_counter() - started < 60  # no training run hides behind a missing model
+    assert scene.heatmap is None and scene.topk is None
+    assert len(scene.notes) == 2
+    assert all("make demo-models" in note for note in scene.notes), scene.notes
+    assert not any(cache.iterdir())
