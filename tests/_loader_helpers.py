@@ -84,3 +84,38 @@ def process_gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def ddp_loader_worker(
+    rank: int, world_size: int, port: int, out_dir: str, result_dir: str, num_workers: int
+) -> None:
+    """One gloo rank training the loader toy task with ``num_workers`` DataLoader workers per
+    rank; writes its losses and the pids that loaded its batches to result_dir."""
+    import json
+
+    from medvl_engine.training import RunConfig, train
+
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
+    torch.set_num_threads(1)
+    config = RunConfig(
+        lr=1e-2,
+        epochs=2,
+        out_dir=out_dir,
+        progress=False,
+        seed=3,
+        device="cpu",
+        num_workers=num_workers,
+    )
+    task = LoaderToyTask(LoaderToyConfig())
+    summary = train(task, config)
+    with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as stream:
+        json.dump({"losses": summary["losses"], "pids": sorted(task.loader_pids)}, stream)
+    os._exit(0)  # leave at once: nothing is left to clean up once the results are written

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import torch
 import torch.multiprocessing as mp
@@ -49,3 +50,30 @@ def test_two_gloo_ranks_match_one_process_with_two_step_accumulation(tmp_path):
     for key, value in one_weights.items():
         torch.testing.assert_close(ddp_weights[key], value, rtol=1e-4, atol=1e-5)
     assert len(load_checkpoint(tmp_path / "ddp" / "checkpoint.pt")["rng"]) == 2
+
+
+def test_two_gloo_ranks_with_dataloader_workers_match_ranks_loading_in_process(tmp_path):
+    from _loader_helpers import ddp_loader_worker, process_gone
+
+    results = {}
+    for workers in (0, 1):
+        folder = tmp_path / f"results{workers}"
+        folder.mkdir()
+        mp.spawn(
+            ddp_loader_worker,
+            args=(2, _free_port(), str(tmp_path / f"ddp{workers}"), str(folder), workers),
+            nprocs=2,
+            join=True,
+        )
+        results[workers] = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
+    in_process, in_workers = results[0], results[1]
+    assert len(in_process[0]["losses"]) == 12  # 12 items / 2 ranks, 2 epochs
+    assert in_workers[0]["losses"] == in_process[0]["losses"]  # bit-identical
+    assert in_workers[1]["losses"] == in_process[1]["losses"]
+    rank_pids = {pid for rank in in_process for pid in rank["pids"]}
+    worker_pids = {pid for rank in in_workers for pid in rank["pids"]}
+    assert len(rank_pids) == 2 and len(worker_pids) == 2 and not rank_pids & worker_pids
+    deadline = time.time() + 10
+    while not all(process_gone(pid) for pid in worker_pids) and time.time() < deadline:
+        time.sleep(0.1)
+    assert all(process_gone(pid) for pid in worker_pids)
