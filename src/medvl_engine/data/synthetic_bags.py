@@ -1,13 +1,20 @@
 """Synthetic LIMIT cohorts: feature stores of rendered H&E patches, reports and labels.
 
-Each slide has one diagnostic tissue class (its label, e.g. "tumor") and one or two other
-classes; its report (``synthetic.make_report``) names every class present in varied
-wording with identifying noise lines. Patches are rendered with ``synthetic.render_tissue``
-and embedded once by a frozen encoder (``medvl-demo`` by default) into two pools, one for
-train/val slides and one for test slides, so no test patch is seen in training; a slide's
-bag draws its patches from its pool. Every slide is written as a zarr feature store
-("features" [N, D], "coords" [N, 2] (x, y) level-0 px on a virtual grid, "patch_labels"
-[N]) and listed in ``manifest.csv`` (slide_id, organ, report, features, split, label).
+Each slide has one diagnosis of its organ (its label, e.g. "mastitis" for breast;
+``synthetic.DIAGNOSES``), shown by one diagnostic tissue class (tumor, lymphocytes or
+necrosis, 30-60% of the patches), and background tissue (stroma and/or fat) that every
+diagnosis shares, so the label is identifiable from the slide as a pathologist would identify
+it. Its report (``synthetic._reports.make_diagnosis_report``) states the diagnosis and, for
+most slides, describes the tissue present in varied wording; identifying noise lines are
+added. Zero-shot prompts name the diagnosis ("{tissue} {class}" -> "breast mastitis"), words
+the demo text tower was never fitted on: reports are where it can learn them.
+Patches are rendered with ``synthetic.render_tissue`` and embedded once by a frozen encoder
+(``medvl-demo`` by default) into two pools, one for train/val slides and one for test slides,
+so no test patch is seen in training; a slide's bag draws its patches from its pool. Slides
+are split into three disjoint sets, train / val / test. Every slide is written as a zarr
+feature store ("features" [N, D], "coords" [N, 2] (x, y) level-0 px on a virtual grid,
+"patch_labels" [N] indices into DIAGNOSTIC_CLASSES) and listed in ``manifest.csv``
+(slide_id, organ, report, features, split, label).
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DIAGNOSTIC_CLASSES", "make_synthetic_bags"]
 
-DIAGNOSTIC_CLASSES = ("tumor", "stroma", "lymphocytes", "adipose", "necrosis")
+DIAGNOSTIC_CLASSES = ("tumor", "stroma", "lymphocytes", "adipose", "necrosis")  # patch labels
+BACKGROUND_CLASSES = ("stroma", "adipose")
 _PATCH_PX = 224
+_DESCRIBED_FRACTION = 0.7  # reports with a microscopic description; the rest: diagnosis only
 
 
 def _encode_pool(
@@ -67,6 +76,15 @@ def _write_store(
     )
 
 
+def _organ_and_label(index: int) -> tuple[str, str]:
+    """Slide ``index``'s organ and diagnosis: organs cycle, then each organ's diagnoses."""
+    from medvl_engine.synthetic._reports import DIAGNOSES, ORGANS
+
+    organ = ORGANS[index % len(ORGANS)]
+    diagnoses = list(DIAGNOSES[organ])
+    return organ, diagnoses[(index // len(ORGANS)) % len(diagnoses)]
+
+
 def make_synthetic_bags(
     out_dir: str | Path,
     *,
@@ -74,7 +92,7 @@ def make_synthetic_bags(
     patches_per_slide: tuple[int, int] = (24, 48),
     pool_per_class: int = 48,
     test_fraction: float = 0.3,
-    val_fraction: float = 0.05,
+    val_fraction: float = 0.2,
     seed: int = 0,
     encoder_name: str = "medvl-demo",
 ) -> Path:
@@ -83,7 +101,7 @@ def make_synthetic_bags(
     Re-running with the same arguments reuses the cohort already on disk.
     """
     from medvl_engine.encoders import load_encoder
-    from medvl_engine.synthetic import ORGANS, make_report
+    from medvl_engine.synthetic._reports import DIAGNOSES, make_diagnosis_report
 
     out_dir = Path(out_dir)
     manifest = out_dir / "manifest.csv"
@@ -95,7 +113,7 @@ def make_synthetic_bags(
         "val_fraction": val_fraction,
         "seed": seed,
         "encoder": encoder_name,
-        "version": 1,
+        "version": 2,
     }
     settings_file = out_dir / "cohort.json"
     if manifest.is_file() and settings_file.is_file():
@@ -108,33 +126,44 @@ def make_synthetic_bags(
         "train": _encode_pool(encoder, rng, pool_per_class),
         "test": _encode_pool(encoder, rng, max(pool_per_class // 2, 4)),
     }
-    order = rng.permutation(n_slides)
-    n_test = int(round(test_fraction * n_slides))
-    n_val = max(int(round(val_fraction * n_slides)), 1 if val_fraction > 0 else 0)
-    split_of = {}
-    for rank, index in enumerate(order):
-        split_of[int(index)] = (
-            "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
-        )
+    # Split stratified by (organ, diagnosis): each group is shuffled and cut test / val / train.
+    split_of: dict[int, str] = {}
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index in range(n_slides):
+        groups.setdefault(_organ_and_label(index), []).append(index)
+    for members in groups.values():
+        order = [members[i] for i in rng.permutation(len(members))]
+        n_test = int(round(test_fraction * len(order)))
+        n_val = int(round(val_fraction * len(order)))
+        for rank, index in enumerate(order):
+            split_of[index] = (
+                "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
+            )
     rows = []
     for index in range(n_slides):
-        organ = ORGANS[index % len(ORGANS)]
-        label = DIAGNOSTIC_CLASSES[(index // len(ORGANS)) % len(DIAGNOSTIC_CLASSES)]
-        others = [c for c in DIAGNOSTIC_CLASSES if c != label]
-        extra = list(rng.choice(others, size=int(rng.integers(1, 3)), replace=False))
+        organ, label = _organ_and_label(index)
+        shown_by = DIAGNOSES[organ][label]
+        background = list(
+            rng.choice(BACKGROUND_CLASSES, size=int(rng.integers(1, 3)), replace=False)
+        )
         count = int(rng.integers(patches_per_slide[0], patches_per_slide[1] + 1))
-        n_label = int(rng.integers(count // 4, count // 2 + 1))
-        names = [label] * n_label + [extra[i % len(extra)] for i in range(count - n_label)]
+        n_label = int(rng.integers(int(0.3 * count), int(0.6 * count) + 1))
+        names = [shown_by] * n_label + [
+            background[i % len(background)] for i in range(count - n_label)
+        ]
         pool = pools["test" if split_of[index] == "test" else "train"]
         features = np.stack([pool[n][rng.integers(len(pool[n]))] for n in names])
         labels = np.asarray([DIAGNOSTIC_CLASSES.index(n) for n in names])
         slide_id = f"synth-{index:04d}"
         _write_store(out_dir / f"{slide_id}.zarr", features, labels, slide_id, encoder_name)
+        describe = bool(rng.uniform() < _DESCRIBED_FRACTION)
         rows.append(
             {
                 "slide_id": slide_id,
                 "organ": organ,
-                "report": make_report([label, *extra], rng, organ),
+                "report": make_diagnosis_report(
+                    label, [shown_by, *background], rng, organ, describe
+                ),
                 "features": f"{slide_id}.zarr",
                 "split": split_of[index],
                 "label": label,

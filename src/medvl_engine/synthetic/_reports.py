@@ -15,7 +15,14 @@ import numpy as np
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._tissue import TISSUE_CLASSES, class_id
 
-__all__ = ["ORGANS", "CLASS_SYNONYMS", "NEGATION_PREFIXES", "make_report"]
+__all__ = [
+    "ORGANS",
+    "CLASS_SYNONYMS",
+    "DIAGNOSES",
+    "NEGATION_PREFIXES",
+    "make_diagnosis_report",
+    "make_report",
+]
 
 ORGANS: tuple[str, ...] = ("breast", "lung", "colon", "kidney")
 
@@ -149,3 +156,79 @@ def make_report(
     heading = _choice(rng, ("DIAGNOSIS:", "FINAL DIAGNOSIS:", "MICROSCOPIC DESCRIPTION:"))
     split = int(rng.integers(0, len(lines) + 1))
     return "\n".join(lines[:split] + header + [heading, " ".join(sentences)] + lines[split:])
+
+
+# Slide-level diagnoses per organ: diagnosis -> the tissue class that shows it. Each organ has one
+# neoplastic, one inflammatory and one necrotising diagnosis; stroma and fat are background.
+DIAGNOSES: dict[str, dict[str, str]] = {
+    "breast": {
+        "invasive ductal carcinoma": "tumor",
+        "mastitis": "lymphocytes",
+        "fat necrosis": "necrosis",
+    },
+    "lung": {
+        "adenocarcinoma": "tumor",
+        "organizing pneumonia": "lymphocytes",
+        "infarct": "necrosis",
+    },
+    "colon": {
+        "adenocarcinoma": "tumor",
+        "colitis": "lymphocytes",
+        "ischemic necrosis": "necrosis",
+    },
+    "kidney": {
+        "renal cell carcinoma": "tumor",
+        "pyelonephritis": "lymphocytes",
+        "infarction": "necrosis",
+    },
+}
+_DIAGNOSIS_TEMPLATES: tuple[str, ...] = (
+    "{Diagnosis}.",
+    "Consistent with {diagnosis}.",
+    "Findings are diagnostic of {diagnosis}.",
+)
+
+
+def make_diagnosis_report(
+    diagnosis: str,
+    classes_present: Iterable[str | int],
+    rng: np.random.Generator,
+    organ: str,
+    describe: bool = True,
+) -> str:
+    """A report whose diagnosis line names ``diagnosis`` (one of ``DIAGNOSES[organ]``).
+
+    With ``describe`` a microscopic line follows that names each present tissue class in
+    varied wording (as :func:`make_report`), so the report ties the diagnosis to what the
+    slide shows; without it the report states the diagnosis only, as many real sign-outs do.
+    Identifying noise lines are added as in :func:`make_report`.
+    """
+    organ = organ.lower()
+    if organ not in DIAGNOSES or diagnosis not in DIAGNOSES[organ]:
+        raise SyntheticDataError(
+            f"{diagnosis!r} is not a diagnosis of organ {organ!r}; use one of "
+            f"{', '.join(DIAGNOSES.get(organ, {}))}"
+        )
+    template = _choice(rng, _DIAGNOSIS_TEMPLATES)
+    lines = [
+        "SPECIMEN: " + _choice(rng, _ORGAN_SPECIMEN[organ]),
+        _choice(rng, ("DIAGNOSIS:", "FINAL DIAGNOSIS:")),
+        template.format(diagnosis=diagnosis, Diagnosis=_capital(diagnosis)),
+    ]
+    if describe:
+        present = {TISSUE_CLASSES[class_id(c)] for c in classes_present} - {"background"}
+        sentences = []
+        for name in rng.permutation(sorted(present)):
+            options = CLASS_SYNONYMS[name]
+            if name == "adipose":
+                options = options + (_ORGAN_FAT[organ],)
+            if name == "lymphocytes":
+                options = tuple(o for o in options if "TIL" not in o)
+            term = _choice(rng, options)
+            sentences.append(
+                _choice(rng, _PRESENT_TEMPLATES).format(term=term, Term=_capital(term))
+            )
+        lines += ["MICROSCOPIC DESCRIPTION:", " ".join(sentences)]
+    noise = _noise_lines(rng)
+    split = int(rng.integers(0, len(noise) + 1))
+    return "\n".join(noise[:split] + lines + noise[split:])
