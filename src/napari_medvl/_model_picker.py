@@ -49,8 +49,14 @@ class ModelPicker(Container):
         except Exception:  # an unreadable cache folder must not break the dock
             listed = []
         self._choices = [(choice.label, choice.value) for choice in listed]
-        self.combo.reset_choices()
+        self._rebuild()
         self.set_value(current)
+
+    def _rebuild(self) -> None:
+        """Re-list the choices in order (registry, disk, added folders, browse...)."""
+        with self.combo.changed.blocked():
+            self.combo.native.clear()
+            self.combo.reset_choices()
 
     @property
     def value(self) -> str:
@@ -66,7 +72,7 @@ class ModelPicker(Container):
         text = str(value)
         if text not in [v for _, v in self._choice_list()]:
             self._extra.append((Path(text).name if Path(text).is_dir() else text, text))
-            self.combo.reset_choices()
+            self._rebuild()
         self._previous = text
         self.combo.value = text
 
