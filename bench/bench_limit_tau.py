@@ -20,21 +20,22 @@ TAUS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 def main(cohort_dir: str = "runs/limit-demo/data") -> int:
     from medvl_engine.data import read_bag_features, read_manifest
-    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES, make_synthetic_bags
+    from medvl_engine.data.synthetic_bags import make_synthetic_bags
     from medvl_engine.encoders import load_encoder
     from medvl_engine.evaluation import balanced_accuracy
     from medvl_engine.models.limit import report_guided_pool
+    from medvl_engine.synthetic._reports import DIAGNOSES
 
     records = [r for r in read_manifest(make_synthetic_bags(cohort_dir)) if r.split == "test"]
     encoder = load_encoder("medvl-demo")
     prompts = {
-        organ: encoder.encode_text([f"{organ} {name}" for name in DIAGNOSTIC_CLASSES])
+        organ: encoder.encode_text([f"{organ} {name}" for name in DIAGNOSES[organ]])
         for organ in {r.organ for r in records}
     }
     bags = [F.normalize(read_bag_features(r.features), dim=-1) for r in records]
     print(
         f"{len(records)} test slides, bags of {min(len(b) for b in bags)}-"
-        f"{max(len(b) for b in bags)} patches, {len(DIAGNOSTIC_CLASSES)} classes per organ"
+        f"{max(len(b) for b in bags)} patches, 3 diagnoses per organ"
     )
     print(f"{'tau_attn':>8} {'effective patches':>18} {'max weight':>11} {'balanced acc':>13}")
     for tau in TAUS:
@@ -46,7 +47,7 @@ def main(cohort_dir: str = "runs/limit-demo/data") -> int:
             shares.append((entropy.exp() / len(bag)).mean().item())
             peaks.append(attention.max(-1).values.mean().item())
             scores = F.cosine_similarity(pooled, classes, dim=-1)
-            predictions.append(DIAGNOSTIC_CLASSES[int(scores.argmax())])
+            predictions.append(list(DIAGNOSES[record.organ])[int(scores.argmax())])
         accuracy = balanced_accuracy([r.label for r in records], predictions)
         print(f"{tau:>8.2f} {np.mean(shares):>17.1%} {np.mean(peaks):>11.3f} {accuracy:>13.3f}")
     return 0
