@@ -33,13 +33,19 @@ def _printed_metrics(text: str) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_limit_demo_tuned_tower_beats_the_untuned_one(tmp_path, capsys):
+    """Issue 9's bar on the test split, mean over 3 seeds, each model chosen on validation:
+    tuned report-guided slide-level balanced accuracy above the untuned tower's by more than
+    two bootstrap std, and patch-level zero-shot AUROC of at least 0.95."""
     config = str(TRAIN / "limit_demo.yaml")
-    assert train_main(["limit", "--config", config, *_limit_overrides(tmp_path)]) == 0
-    results = json.loads((tmp_path / "run" / "evaluation.json").read_text())
-    untuned = results["untuned/report_guided"]["overall"]["balanced_accuracy"]
-    tuned = results["tuned/report_guided"]["overall"]["balanced_accuracy"]
-    assert tuned > untuned
-    assert tuned > 0.2 + 0.1  # five choices per organ: chance is 0.2
+    overrides = [*_limit_overrides(tmp_path), "run.seeds=[0,1,2]", "task.eval_robustness=false"]
+    assert train_main(["limit", "--config", config, *overrides]) == 0
+    assert train_main(["limit", "eval", "--config", config, *overrides]) == 0
+    results = json.loads((tmp_path / "run" / "test_evaluation.json").read_text())
+    summary = results["summary"]
+    assert len(results["runs"]) == 3
+    assert summary["tuned_minus_untuned"] > 2 * summary["bootstrap_std"]
+    assert summary["gain_above_two_bootstrap_std"]
+    assert summary["mean_std"]["patch tuned"]["mean"] >= 0.95
 
 
 @pytest.mark.slow
