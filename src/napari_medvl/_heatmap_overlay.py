@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from napari_medvl._layers import LayerData, heatmap_result_layers
 
 __all__ = ["HeatmapHistory", "HistoryEntry", "find_overlay", "overlay_key", "show_overlay"]
@@ -32,19 +34,47 @@ def find_overlay(viewer: Any, key: str, layer_type: str = "image") -> Any:
     return None
 
 
+def _set_if_changed(layer: Any, name: str, value: Any) -> None:
+    # each assignment refreshes the layer on the GUI thread: skip the ones that change nothing
+    current = getattr(layer, name)
+    try:
+        same = bool(np.all(np.asarray(current) == np.asarray(value)))
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        setattr(layer, name, value)
+
+
 def _update_image(layer: Any, layer_data: LayerData) -> None:
     data, kwargs, _ = layer_data
     layer.metadata = kwargs["metadata"]
-    layer.scale = kwargs["scale"]
-    layer.translate = kwargs["translate"]
+    _set_if_changed(layer, "scale", kwargs["scale"])
+    _set_if_changed(layer, "translate", kwargs["translate"])
     layer.data = data
     low, high = kwargs["contrast_limits"]
     layer.contrast_limits_range = (min(low, high), max(low, high))
-    layer.contrast_limits = (low, high)
-    layer.colormap = kwargs["colormap"]
-    layer.opacity = kwargs["opacity"]
-    layer.blending = kwargs["blending"]
-    layer.name = kwargs["name"]
+    _set_if_changed(layer, "contrast_limits", (low, high))
+    if layer.colormap.name != kwargs["colormap"].name:
+        layer.colormap = kwargs["colormap"]
+    _set_if_changed(layer, "opacity", kwargs["opacity"])
+    if layer.blending != kwargs["blending"]:
+        layer.blending = kwargs["blending"]
+    if layer.name != kwargs["name"]:
+        layer.name = kwargs["name"]
+
+
+def _update_boxes(layer: Any, layer_data: LayerData) -> None:
+    """Replace a top-patch layer's rectangles, scores and name in place (removing a layer
+    costs napari a full garbage collection on the GUI thread)."""
+    data, kwargs, _ = layer_data
+    layer.metadata = kwargs["metadata"]
+    layer.selected_data = set()
+    layer.data = [np.asarray(corners) for corners in data]
+    layer.features = kwargs["features"]
+    layer.edge_color = kwargs["edge_color"]
+    layer.refresh_text()
+    if layer.name != kwargs["name"]:
+        layer.name = kwargs["name"]
 
 
 def show_overlay(
@@ -71,11 +101,13 @@ def show_overlay(
         _update_image(image, layers[0])
     if with_boxes:
         boxes = find_overlay(viewer, key, "shapes")
-        if boxes is not None:
-            viewer.layers.remove(boxes)
-        if len(layers) > 1:
+        if len(layers) > 1 and boxes is None:
             viewer.add_layer(Layer.create(*layers[1]))
             viewer.layers.selection.active = image
+        elif len(layers) > 1:
+            _update_boxes(boxes, layers[1])
+        elif boxes is not None:
+            viewer.layers.remove(boxes)
     return image
 
 

@@ -1,0 +1,142 @@
+"""Longest GUI-thread stalls in napari with the plugin: panning a JPEG 2000 slide at level 0,
+a first heatmap on it, and a new prompt's result, measured side by side in one run.
+
+A 10 ms QTimer (napari_medvl._stall_probe) records the gaps of the Qt event loop. Panning is
+measured twice on the same 4096 x 4096 JPEG 2000 SVS (240 px tiles): with napari's
+synchronous slicing (tiles decoded on the GUI thread) and with its asynchronous slicing
+(settings.experimental.async_, tiles decoded in napari's slicing thread). The first heatmap
+(features extracted, visible patches first) and a re-prompt are measured with async slicing.
+Prints worst and p99 gaps per phase, the time to the first overlay and to a re-prompt's
+updated layer, and the sync / async ratio of the worst pan stall. Needs a display (run it
+under tools/with_display.sh).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_io_slide_read import write_svs  # noqa: E402
+
+PAN_STEPS = 40
+PAN_STEP_PX = 120  # screen px per step, about half a tile at level 0
+STEP_MS = 40
+
+
+def _settle(app, seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        app.processEvents()
+        time.sleep(0.002)
+
+
+def _pan(viewer, app, probe, start_yx, direction) -> str:
+    """Pan at level-0 zoom from ``start_yx`` (world um) in ``direction``; probe summary."""
+    viewer.camera.zoom = 2.0  # 0.5 um/px: one screen px per level-0 px
+    viewer.camera.center = start_yx
+    _settle(app, 1.0)
+    step_world = PAN_STEP_PX / viewer.camera.zoom
+    probe.start()
+    for step in range(1, PAN_STEPS + 1):
+        viewer.camera.center = (
+            start_yx[0] + direction[0] * step * step_world,
+            start_yx[1] + direction[1] * step * step_world,
+        )
+        _settle(app, STEP_MS / 1e3)
+    _settle(app, 0.5)
+    probe.stop()
+    return probe.summary()
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import napari
+    import npe2
+    from napari.settings import get_settings
+    from qtpy.QtWidgets import QApplication
+
+    from napari_medvl._heatmap_job import FeatureCache
+    from napari_medvl._heatmap_widget import HeatmapWidget
+    from napari_medvl._stall_probe import StallProbe
+
+    settings = get_settings()
+    async_before = settings.experimental.async_
+    with tempfile.TemporaryDirectory() as scratch:
+        slide_path = write_svs(Path(scratch) / "j2k.svs", "jpeg2000")
+        viewer = napari.Viewer(show=True)
+        app = QApplication.instance()
+        npe2.PluginManager.instance().discover()
+        layer = viewer.open(str(slide_path), plugin="napari-medvl")[0]
+        _settle(app, 1.0)
+        probe = StallProbe()
+        try:
+            settings.experimental.async_ = False
+            pan_sync = _pan(viewer, app, probe, (300.0, 200.0), (0.0, 1.0))
+            worst_sync = probe.worst_ms
+            settings.experimental.async_ = True
+            pan_async = _pan(viewer, app, probe, (1300.0, 200.0), (0.0, 1.0))
+            worst_async = probe.worst_ms
+            p99_async = probe.percentile_ms(99)
+
+            widget = HeatmapWidget(viewer, cache=FeatureCache(root=Path(scratch) / "features"))
+            viewer.window.add_dock_widget(widget, name="heatmap")
+            from medvl_engine.encoders import load_encoder
+
+            widget.cache.encoders["medvl-demo"] = load_encoder("medvl-demo")
+            widget.slide_choice.value = layer
+            viewer.camera.center = (1024.0, 1024.0)
+            viewer.camera.zoom = 0.5
+            _settle(app, 1.0)
+            first_overlay: list[float] = []
+            viewer.layers.events.inserted.connect(
+                lambda event: first_overlay.append(time.perf_counter())
+            )
+            probe.start()
+            started = time.perf_counter()
+            widget.run()
+            while widget.runner.running:
+                _settle(app, 0.05)
+            total_s = time.perf_counter() - started
+            first_overlay_s = first_overlay[0] - started
+            _settle(app, 0.3)
+            probe.stop()
+            first_heatmap = probe.summary()
+            first_worst, first_p99 = probe.worst_ms, probe.percentile_ms(99)
+            heat = next(lay for lay in viewer.layers if lay.metadata.get("medvl_kind") == "heatmap")
+
+            updated: list[float] = []
+            heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
+            widget.prompts.value = "adipose tissue"
+            probe.start()
+            started = time.perf_counter()
+            widget.run()
+            while widget.runner.running or not updated:
+                _settle(app, 0.01)
+            reprompt_s = updated[0] - started
+            _settle(app, 0.3)
+            probe.stop()
+            reprompt = probe.summary()
+        finally:
+            settings.experimental.async_ = async_before
+        patches = widget.last_outcome.store.n_patches
+        print(f"JPEG 2000 SVS 4096 x 4096, 240 px tiles; {patches} tissue patches")
+        print(f"pan at level 0, sync slicing : {pan_sync}")
+        print(f"pan at level 0, async slicing: {pan_async}")
+        print(f"ratio worst pan stall sync / async       : {worst_sync / worst_async:8.1f}x")
+        print(f"first heatmap (async slicing): {first_heatmap}")
+        print(f"first heatmap: Run to first overlay      : {first_overlay_s:8.2f} s")
+        print(f"re-prompt result display     : {reprompt}")
+        print(f"re-prompt: Run to updated layer          : {reprompt_s * 1e3:8.1f} ms")
+        print(f"first heatmap: Run to complete map       : {total_s:8.2f} s")
+        targets = worst_async <= 100 and p99_async <= 50 and first_worst <= 100 and first_p99 <= 50
+        print(f"within 100 ms worst / 50 ms p99 (async)  : {'yes' if targets else 'no'}")
+        viewer.close()
+
+
+if __name__ == "__main__":
+    main()
