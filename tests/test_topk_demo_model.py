@@ -175,6 +175,15 @@ def test_rebuild_writes_a_complete_demo_folder_with_its_test_metrics(tmp_path, m
     model = load_topksiglip(folder)
     assert (model.config.image_size, model.config.grid) == (128, 4)
     assert any("wrote" in m for m in messages)
+    messages.clear()  # a second rebuild finds the finished run of the same recipe
+    _topksiglip_demo.rebuild_shipped(messages.append, target=target, work_dir=tmp_path / "work")
+    assert any("shipped as it is" in m for m in messages)
+    assert not any("lesion pretraining" in m for m in messages)
+    assert json.loads((folder / "config.json").read_text())["test_metrics"] == printed
+    _topksiglip_demo.DEMO_CONFIG["task"]["k"] = 3  # another recipe: trains again
+    assert not _topksiglip_demo.finished_with_recipe(
+        tmp_path / "work", *_topksiglip_demo.build_recipe(tmp_path / "work")
+    )
 
 
 def _shipped_test_metrics(tmp_path: Path) -> dict[str, float]:

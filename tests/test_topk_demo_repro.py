@@ -45,8 +45,10 @@ with open(sys.argv[1] + "/metrics.json", "w") as f:
     json.dump(task.last_metrics, f)
 """
 
-PARAMETER_BOUND = 1e-3
-"""Largest parameter difference allowed after 20 steps between 1 and 2 threads."""
+PARAMETER_BOUND = 5e-3
+"""Largest parameter difference allowed after 10 + 20 steps between 1 and 2 threads (measured:
+1.9e-3; torch's CPU kernels reduce in a thread-count-dependent order, so bitwise equality of
+the trained weights is not reachable)."""
 METRIC_BOUND = 0.05
 """Largest validation-metric difference allowed after 20 steps between 1 and 2 threads."""
 
