@@ -263,3 +263,31 @@ def test_status_line_names_a_failure_and_the_demo_notice(
     helpers.wait_for_runner(qtbot, widget.runner)
     assert widget.controls.status.value.startswith("Failed:")
     assert "no-such-topk" in widget.controls.status.value
+
+
+def test_a_second_dicom_window_is_applied_off_the_gui_thread(make_napari_viewer, qtbot, tmp_path):
+    import pydicom
+
+    from medvl_engine.io.mammo import open_mammogram
+    from medvl_engine.synthetic import make_mammogram_case
+
+    case = make_mammogram_case(tmp_path, seed=3, laterality="L", size=(256, 160))
+    for path in (case.cc_path, case.mlo_path):  # add a narrow second window
+        dataset = pydicom.dcmread(path)
+        center, width = float(dataset.WindowCenter), float(dataset.WindowWidth)
+        dataset.WindowCenter = [center, center + width / 4]
+        dataset.WindowWidth = [width, width / 4]
+        dataset.save_as(path)
+    viewer = make_napari_viewer()
+    cc, mlo = _open_views(viewer, case)
+    widget = TopKWidget(viewer)
+    assert [label for label, _ in widget._voi_choices()] == cc.metadata["mammogram"].voi_choices
+    assert len(widget.voi.choices) == 2
+    widget.voi.value = 1
+    helpers.wait_for_runner(qtbot, widget._voi_runner)
+    for layer, path in ((cc, case.cc_path), (mlo, case.mlo_path)):
+        expected = open_mammogram(path, voi_index=1).pixels
+        np.testing.assert_array_equal(layer.data, expected)
+        assert not np.array_equal(expected, open_mammogram(path).pixels)
+        assert layer.metadata["mammogram"].voi == open_mammogram(path, voi_index=1).voi
+    assert widget.controls.status.value.startswith("VOI applied to 2 view(s)")

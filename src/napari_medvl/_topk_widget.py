@@ -42,6 +42,19 @@ def _measure_sides(
     return sides
 
 
+def _reopen_with_voi(
+    items: list[tuple[Any, Any]], index: int, cancel: Any = None
+) -> Generator[Progress, None, dict[Any, Any]]:
+    """Each (layer, Mammogram) read again from its file with VOI ``index``, off the GUI thread."""
+    from medvl_engine.io.mammo import open_mammogram
+
+    reopened = {}
+    for done, (layer, mammogram) in enumerate(items):
+        yield Progress("applying VOI", done, len(items))
+        reopened[layer] = open_mammogram(mammogram.path, voi_index=index)
+    return reopened
+
+
 class TopKWidget(Container):
     """TopK-Patch on a CC + MLO pair of mammogram layers."""
 
@@ -52,6 +65,7 @@ class TopKWidget(Container):
         self.mlo_choice = ComboBox(label="MLO", choices=self._mammogram_choices, nullable=True)
         self.model = ModelPicker("topksiglip", DEFAULT_MODEL)
         self.k = SpinBox(label="K", value=15, min=1, max=_K_LIMIT_UNKNOWN)
+        self.voi = ComboBox(label="VOI", choices=self._voi_choices)
         self.hang_button = PushButton(text="Hang views (R | L, CC over MLO)")
         self.reset_window_button = PushButton(text="Reset window (DICOM VOI)")
         self.controls = JobControls(run_text="Run TopK")
@@ -63,6 +77,7 @@ class TopKWidget(Container):
                 self.mlo_choice,
                 self.model,
                 self.k,
+                self.voi,
                 Container(
                     widgets=[self.hang_button, self.reset_window_button],
                     layout="horizontal",
@@ -76,10 +91,13 @@ class TopKWidget(Container):
         self.outcomes: dict[str | None, TopKOutcome] = {}
         self.runner = self.controls.bind(self._show_outcome)
         self._hang_runner = JobControls().bind(self._apply_hanging)
+        self._voi_runner = JobControls().bind(self._apply_voi)
         self.controls.run_button.changed.connect(self.run)
         self.hang_button.changed.connect(self.hang)
         self.reset_window_button.changed.connect(self.reset_window)
         self.model.combo.changed.connect(self._model_changed)
+        self.voi.changed.connect(self.choose_voi)
+        self.cc_choice.changed.connect(self._refresh_voi)
         self.controls.bind_run_key(self.run, self.native)
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
@@ -91,6 +109,7 @@ class TopKWidget(Container):
         return layers_of_kind(self._viewer, MAMMOGRAM_KIND)
 
     def _refresh_choices(self, _event: Any = None) -> None:
+        self._refresh_voi()
         for choice, view in ((self.cc_choice, "CC"), (self.mlo_choice, "MLO")):
             choice.reset_choices()
             if choice.value is None:
@@ -101,6 +120,40 @@ class TopKWidget(Container):
                 ]
                 if matching:
                     choice.value = matching[-1]
+
+    def _voi_choices(self, _widget: Any = None) -> list[tuple[str, int]]:
+        """The VOI transforms the chosen CC file offers (window centre/width, VOI LUTs)."""
+        layer = self.cc_choice.value
+        mammogram = layer.metadata.get("mammogram") if layer is not None else None
+        names = list(getattr(mammogram, "voi_choices", None) or [])
+        if not names:
+            return [(f"the file's display ({getattr(mammogram, 'voi', 'none')})", 0)]
+        return [(name, index) for index, name in enumerate(names)]
+
+    def _refresh_voi(self, _value: Any = None) -> None:
+        with self.voi.changed.blocked():
+            self.voi.reset_choices()
+
+    def choose_voi(self, index: Any = None) -> Any:
+        """Re-read every DICOM mammogram with VOI ``index`` (where it has one), off the GUI
+        thread; returns the worker, or None when no open view offers that VOI."""
+        index = int(self.voi.value if index is None else index)
+        items = [
+            (layer, layer.metadata["mammogram"])
+            for _, layer in self._mammogram_choices()
+            if len(getattr(layer.metadata.get("mammogram"), "voi_choices", [])) > index
+        ]
+        if not items:
+            return None
+        return self._voi_runner.start(_reopen_with_voi, items, index)
+
+    def _apply_voi(self, reopened: dict[Any, Any]) -> None:
+        for layer, mammogram in reopened.items():
+            layer.data = mammogram.pixels
+            layer.metadata["mammogram"] = mammogram
+            layer.contrast_limits = (0.0, 1.0)
+        names = sorted({mammogram.voi for mammogram in reopened.values()})
+        self.controls.status.value = f"VOI applied to {len(reopened)} view(s): {', '.join(names)}."
 
     def _model_changed(self, _value: Any = None) -> None:
         """K's maximum follows the model's candidate patches; the status line shows its notice."""
@@ -186,7 +239,7 @@ class TopKWidget(Container):
         notice = demo_notice_for(outcome.request.model)
         self.controls.set_notice(notice)
         status = f"Top {outcome.request.k} patches shown ({outcome.request.model})."
-        self.controls.status.value = f"{status} {notice}." if notice else status
+        self.controls.status.value = f"{status} ({notice})" if notice else status
 
     # --- reading-room layout ----------------------------------------------------------------
     def hang(self, _value: Any = None) -> Any:
@@ -221,7 +274,7 @@ class TopKWidget(Container):
                 (
                     layer
                     for _, layer in self._mammogram_choices()
-                    if layer.metadata.get("mammogram") is mammogram
+                    if str(layer.metadata.get("path")) == str(mammogram.path)
                 ),
                 None,
             )
