@@ -61,6 +61,10 @@ def test_classification_ranks_the_classes_and_explains_each_on_the_slide(
     # alpha sums to 1 over the patches, so alpha x N averages 1
     assert np.nanmean(outcome.heatmaps[predicted].scores) == pytest.approx(1.0, rel=1e-4)
     assert attention.colormap.name == "medvl viridis"
+    # the colour bar names the class, the range and the demo notice
+    assert widget.colorbar.title.text().startswith(f"attention of {predicted}  (attention)")
+    assert DEMO_NOTICE in widget.colorbar.details.text()
+    assert widget.colorbar.limits == pytest.approx(tuple(attention.contrast_limits))
 
     other = reference[-1][0]
     widget.shown_class.value = other

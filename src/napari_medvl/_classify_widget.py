@@ -22,6 +22,7 @@ from napari_medvl._classify_job import (
     classify_job,
     format_ranking,
 )
+from napari_medvl._colorbar import ColorBar
 from napari_medvl._layers import SLIDE_KIND, slide_frame
 from napari_medvl._model_picker import ModelPicker
 from napari_medvl._notify import report_error
@@ -86,6 +87,8 @@ class ClassifyWidget(Container):
                 self.shown_class,
             ]
         )
+        self.colorbar = ColorBar()
+        self.native.layout().addWidget(self.colorbar)
         self.last_outcome: ClassifyOutcome | None = None
         self.runner = self.controls.bind(self._show_outcome)
         self.controls.run_button.changed.connect(self.run)
@@ -191,10 +194,16 @@ class ClassifyWidget(Container):
         outcome = self.last_outcome
         if outcome is None or name is None or name not in outcome.heatmaps:
             return
+        from medvl_engine._colormap import SEQUENTIAL_MAP
+        from medvl_engine.demo_models import demo_notice_for
+
         heatmap = outcome.heatmaps[name]
         score = dict(outcome.classification.ranked)[name]
         layer_name = self.layer_name(outcome)
         metadata = {
+            "colormap": SEQUENTIAL_MAP,
+            "value_range": tuple(float(v) for v in heatmap.value_range),
+            "demo_notice": demo_notice_for(outcome.request.model),
             "medvl_kind": "heatmap",
             "prompt": f"attention of {name}",
             "mode": "attention",
@@ -229,6 +238,7 @@ class ClassifyWidget(Container):
                 translate=heatmap.translate,
                 metadata=metadata,
             )
+        self.colorbar.show_layer(layer.metadata, layer.contrast_limits)
         self.controls.status.value = (
             f"Showing attention of {name} (score {score:.4f}; alpha x N, 1 = uniform)."
         )
