@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -19,6 +20,7 @@ class LoaderToyConfig:
     dim: int = 4
     seed: int = 0
     fail_at: int | None = None  # batch index whose loading raises (every epoch)
+    kill_at: int | None = None  # batch index whose loading kills the loading process
     load_delay_s: float = 0.0  # artificial per-batch I/O time
     step_delay_s: float = 0.0  # artificial per-step compute time
 
@@ -50,6 +52,8 @@ class LoaderToyTask:
     def batch_at(self, epoch: int, rank: int, world_size: int, index: int) -> dict:
         if index == self.config.fail_at:
             raise OSError(f"sample{index}.h5 is truncated\n(second line of detail)")
+        if index == self.config.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.config.load_delay_s:
             time.sleep(self.config.load_delay_s)
         item = self._order(epoch, rank, world_size)[index]

@@ -215,6 +215,18 @@ def test_a_batch_that_fails_in_a_worker_is_one_sentence_naming_it_and_no_worker_
     assert all(process_gone(pid) for pid in task.loader_pids)
 
 
+def test_a_worker_killed_while_loading_is_one_sentence_not_a_hang(tmp_path):
+    task = LoaderToyTask(LoaderToyConfig(kill_at=5))
+    started = time.time()
+    with pytest.raises(DataError) as caught:
+        train(task, _run(tmp_path, num_workers=2))
+    assert time.time() - started < 60
+    message = caught.value.message
+    assert message.startswith("task loader-toy: batch ") and "of epoch 0 (rank 0)" in message
+    assert "DataLoader worker stopped" in message and "run.num_workers=0" in message
+    assert "\n" not in message
+
+
 def test_a_task_that_cannot_be_sent_to_workers_is_a_config_error(tmp_path):
     task = LoaderToyTask(LoaderToyConfig())
     task.progress = lambda text: None  # a local function does not pickle

@@ -198,8 +198,9 @@ class WorkerBatches:
                 batch = next(iterator)
             except StopIteration:
                 return
-            except RuntimeError as error:  # a worker died (killed, out of memory) or hung
-                if "DataLoader" not in str(error):
+            except (RuntimeError, ConnectionError, EOFError) as error:
+                # a worker died (killed, out of memory): the loader says so, or its pipe breaks
+                if isinstance(error, RuntimeError) and "DataLoader" not in str(error):
                     raise
                 raise DataError(
                     f"task {self.task_name}: batch {index} of epoch {epoch} (rank {self.rank}) "
