@@ -196,3 +196,47 @@ def test_conch_lora_targets_skip_the_attention_output_layer():
     text.transformer = nn.Module()
     text.transformer.resblocks = nn.ModuleList([Block(), Block()])
     assert conch_lora_targets(text) == ["c_fc", "c_proj"]
+
+
+def test_bridge_action_writes_the_map_with_its_stores_and_the_task_loads_it(toy, tmp_path, capsys):
+    from safetensors import safe_open
+
+    from medvl_engine.cli.train import main as train_main
+
+    root, sources, targets, labels, features = toy
+    config = tmp_path / "bridge.yaml"
+    config.write_text(
+        f"run:\n  out_dir: {tmp_path / 'run'}\n"
+        f"task:\n  manifest: {root / 'manifest.jsonl'}\n  text_model: {root / 'CONCH'}\n"
+        f"  bridge_source_features: {json.dumps(sources)}\n"
+        f"  bridge_target_features: {json.dumps(targets)}\n"
+    )
+    assert train_main(["limit", "bridge", "--config", str(config)]) == 0
+    written = tmp_path / "run" / "bridge.safetensors"
+    assert str(written) in capsys.readouterr().out
+    with safe_open(str(written), framework="pt") as handle:
+        stored = handle.get_tensor("bridge")
+        metadata = handle.metadata()
+    assert stored.shape == (EMBED_DIM, V15_DIM) and metadata["patches"] == "900"
+    stores = json.loads(metadata["stores"])
+    assert [s["source"] for s in stores] == sources and [s["target"] for s in stores] == targets
+    assert all(len(s["source_sha256"]) == 64 for s in stores)
+    torch.testing.assert_close(stored, bridge_from_stores(sources, targets))
+    from_file = _zero_shot_accuracy(
+        root, labels, features, bridge_init="file", bridge_file=str(written)
+    )
+    assert from_file > 0.8  # the same map as fitting at build time
+    assert list(tmp_path.joinpath("run").iterdir()) == [written]  # no temporary left behind
+    with pytest.raises(ConfigError, match="does not exist; write it first"):
+        _zero_shot_accuracy(
+            root, labels, features, bridge_init="file", bridge_file=str(tmp_path / "none")
+        )
+    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ConfigError, match="damaged or not a safetensors file"):
+        _zero_shot_accuracy(
+            root,
+            labels,
+            features,
+            bridge_init="file",
+            bridge_file=str(tmp_path / "junk.safetensors"),
+        )

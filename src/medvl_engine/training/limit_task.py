@@ -60,7 +60,11 @@ class LimitTaskConfig:
     projection_dim: int | None = None  # None: add a projection only if widths differ
     # Initial map of a new projection: random, or least squares from stores of the same
     # patches embedded in the tower's space (source) and the features' space (target).
-    bridge_init: Literal["random", "least_squares"] = "random"
+    # "file": the map `medvl-train limit bridge` wrote to task.bridge_file.
+    bridge_init: Literal["random", "least_squares", "file"] = "random"
+    bridge_file: str | None = (
+        None  # default for the bridge action: <run.out_dir>/bridge.safetensors
+    )
     bridge_source_features: list[str] | None = None  # e.g. CONCH v1 image embeddings [N, 512]
     bridge_target_features: list[str] | None = None  # e.g. CONCH v1.5 features [N, 768]
     bridge_ridge: float = 1e-4
@@ -216,6 +220,20 @@ def _bridge_map(config: LimitTaskConfig) -> torch.Tensor | None:
     """The least-squares bridge ``task.bridge_init`` asks for, or None for a random map."""
     if config.bridge_init == "random":
         return None
+    if config.bridge_init == "file":
+        from medvl_engine.training._bridge import read_bridge_file
+
+        if not config.bridge_file:
+            raise ConfigError(
+                "task.bridge_init=file needs task.bridge_file, the map written by "
+                "`medvl-train limit bridge`."
+            )
+        bridge, metadata = read_bridge_file(config.bridge_file)
+        print(
+            f"limit: bridge map from {config.bridge_file} ({metadata.get('patches', '?')} patches)",
+            flush=True,
+        )
+        return bridge
     from medvl_engine.training._bridge import bridge_from_stores
 
     return bridge_from_stores(
@@ -536,8 +554,36 @@ def _eval_action(run_config: RunConfig, task_config: LimitTaskConfig) -> int:
     return eval_action(run_config, task_config)
 
 
+def _bridge_action(run_config: RunConfig, task_config: LimitTaskConfig) -> int:
+    """``medvl-train limit bridge``: fit the least-squares bridge from the paired stores of
+    task.bridge_source_features / task.bridge_target_features and write it to
+    task.bridge_file (default ``<run.out_dir>/bridge.safetensors``)."""
+    from medvl_engine.training._bridge import write_bridge_file
+
+    target = task_config.bridge_file
+    if not target:
+        Path(run_config.out_dir).mkdir(parents=True, exist_ok=True)
+        target = str(Path(run_config.out_dir) / "bridge.safetensors")
+    path, bridge = write_bridge_file(
+        target,
+        task_config.bridge_source_features or [],
+        task_config.bridge_target_features or [],
+        task_config.bridge_ridge,
+    )
+    print(
+        f"wrote the {bridge.shape[0]} -> {bridge.shape[1]} bridge map to {path}; train with "
+        f"task.bridge_init=file task.bridge_file={path}",
+        flush=True,
+    )
+    return 0
+
+
 # ``medvl-train limit eval``: the test split, read once, for the model chosen on validation.
-ACTIONS: dict[str, Callable[[RunConfig, LimitTaskConfig], int]] = {"eval": _eval_action}
+# ``medvl-train limit bridge``: the Conch-Z least-squares bridge, fitted once into a file.
+ACTIONS: dict[str, Callable[[RunConfig, LimitTaskConfig], int]] = {
+    "eval": _eval_action,
+    "bridge": _bridge_action,
+}
 
 
 def _labelled_patches(
