@@ -239,6 +239,10 @@ def test_rank_labels_sit_on_dark_plates_and_window_resets_to_voi(
             assert plate.max(axis=0)[1] == pytest.approx(box.max(axis=0)[1])
             assert plate.max(axis=0)[0] < box.max(axis=0)[0]
     assert shown == 6
+    importance = viewer.layers["TopK L importance CC"]
+    assert importance.colormap.name == "medvl viridis"  # the map the exports use
+    assert widget.colorbar.title.text().startswith("TopK importance")
+    assert f"model: {tiny_topk}" in widget.colorbar.details.text()
     cc.contrast_limits = (0.3, 0.6)
     mlo.contrast_limits = (0.1, 0.2)
     widget.reset_window()

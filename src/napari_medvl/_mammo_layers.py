@@ -1,5 +1,7 @@
 """TopK layers a reader can read on any map: rank labels on dark plates, boxes with a dark rim.
 
+The importance map takes the shared sequential colour map (:mod:`medvl_engine._colormap`).
+
 Builds on :func:`napari_medvl._layers.topk_layers` (importance maps and ranked boxes in each
 view's world frame) and adds, per view, a ``labels`` shapes layer: one filled dark plate across
 the top band of every box, drawn under the boxes, with the rank and score in white on it. The
@@ -15,11 +17,20 @@ import numpy as np
 
 from napari_medvl._layers import LayerData, WorldFrame, topk_layers
 
-__all__ = ["PLATE_COLOR", "LABEL_COLOR", "readable_topk_layers"]
+__all__ = ["PLATE_COLOR", "LABEL_COLOR", "readable_topk_layers", "shared_colormap"]
 
 PLATE_COLOR = "#000000cc"  # black at 80 % opacity
 LABEL_COLOR = "white"
 _PLATE_FRACTION = 0.22  # of the box height
+
+
+def shared_colormap(name: str) -> Any:
+    """napari Colormap of the engine's look-up table ``name`` (the map exports use)."""
+    from napari.utils.colormaps import Colormap
+
+    from medvl_engine._colormap import colormap_lut
+
+    return Colormap(colors=colormap_lut(name), name=f"medvl {name}")
 
 
 def _plate_rectangles(boxes_xyxy: np.ndarray, frame: WorldFrame) -> list[np.ndarray]:
@@ -81,10 +92,23 @@ def readable_topk_layers(
     The boxes layer keeps its rank/score features but no text of its own; the labels layer
     carries the same features and the text, white on dark plates.
     """
+    from medvl_engine._colormap import SEQUENTIAL_MAP
+
     layers: list[LayerData] = []
     for data in topk_layers(result, breast, view_frames, laterality, sources=sources):
         _, kwargs, layer_type = data
         view = str(kwargs["name"]).rsplit(" ", 1)[-1]
+        if layer_type == "image":  # importance: the shared sequential map, as in exports
+            kwargs["colormap"] = shared_colormap(SEQUENTIAL_MAP)
+            kwargs["metadata"].update(
+                {
+                    "colormap": SEQUENTIAL_MAP,
+                    "prompt": "TopK importance w / sum w",
+                    "mode": "importance",
+                    "normalize": "none",
+                    "value_range": tuple(float(v) for v in kwargs["contrast_limits"]),
+                }
+            )
         if layer_type != "shapes" or view not in view_frames:
             layers.append(data)
             continue

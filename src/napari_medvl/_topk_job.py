@@ -24,6 +24,8 @@ class TopKRequest:
     mlo: Any
     model: str
     k: int = 15
+    frames: dict[str, Any] | None = None
+    """World frames (WorldFrame) of the CC and MLO layers: the job builds the layers in them."""
 
 
 @dataclass
@@ -33,6 +35,8 @@ class TopKOutcome:
     request: TopKRequest
     result: Any
     breast: Any
+    layers: list[Any] | None = None
+    """LayerData built in the worker for ``request.frames`` (None without frames)."""
 
 
 def topk_job(
@@ -63,7 +67,16 @@ def topk_job(
         lambda progress: predict_topk(model, breast, k=request.k),
         cancel=cancel,
     )
-    return TopKOutcome(request, result, breast)
+    layers = None
+    if request.frames is not None:
+        from napari_medvl._mammo_layers import readable_topk_layers
+
+        yield Progress("building layers")
+        sources = {"CC": str(request.cc.path), "MLO": str(request.mlo.path)}
+        layers = readable_topk_layers(
+            result, breast, request.frames, breast.laterality, sources=sources
+        )
+    return TopKOutcome(request, result, breast, layers)
 
 
 def format_readouts(zero_shot: dict[str, dict[str, float]]) -> str:

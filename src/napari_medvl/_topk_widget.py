@@ -14,6 +14,7 @@ from typing import Any
 
 from magicgui.widgets import ComboBox, Container, PushButton, SpinBox, TextEdit
 
+from napari_medvl._colorbar import ColorBar
 from napari_medvl._layers import MAMMOGRAM_KIND, WorldFrame
 from napari_medvl._mammo_hanging import hang_views
 from napari_medvl._mammo_layers import readable_topk_layers
@@ -87,6 +88,8 @@ class TopKWidget(Container):
                 self.readouts,
             ]
         )
+        self.colorbar = ColorBar()
+        self.native.layout().addWidget(self.colorbar)
         self.last_outcome: TopKOutcome | None = None
         self.outcomes: dict[str | None, TopKOutcome] = {}
         self.runner = self.controls.bind(self._show_outcome)
@@ -189,6 +192,7 @@ class TopKWidget(Container):
             mlo=mlo.metadata["mammogram"],
             model=self.model.value.strip() or DEFAULT_MODEL,
             k=int(self.k.value),
+            frames=self._frames(),
         )
 
     def run(self, _value: Any = None) -> Any:
@@ -220,11 +224,15 @@ class TopKWidget(Container):
         }
 
     def _draw(self, outcome: TopKOutcome, frames: dict[str, WorldFrame]) -> None:
-        laterality = outcome.breast.laterality
-        sources = {"CC": str(outcome.request.cc.path), "MLO": str(outcome.request.mlo.path)}
-        for layer_data in readable_topk_layers(
-            outcome.result, outcome.breast, frames, laterality, sources=sources
-        ):
+        """Add the outcome's layers: those the worker built when the views have not moved since."""
+        if outcome.layers is not None and frames == outcome.request.frames:
+            layers = outcome.layers
+        else:
+            sources = {"CC": str(outcome.request.cc.path), "MLO": str(outcome.request.mlo.path)}
+            layers = readable_topk_layers(
+                outcome.result, outcome.breast, frames, outcome.breast.laterality, sources=sources
+            )
+        for layer_data in layers:
             upsert_layer(self._viewer, layer_data)
 
     def _show_outcome(self, outcome: TopKOutcome) -> None:
@@ -237,6 +245,13 @@ class TopKWidget(Container):
         self._draw(outcome, self._frames_of(outcome) or self._frames())
         self.readouts.value = format_readouts(outcome.result.zero_shot)
         notice = demo_notice_for(outcome.request.model)
+        laterality = outcome.breast.laterality
+        prefix = f"TopK {laterality}" if laterality else "TopK"
+        importance = f"{prefix} importance CC"
+        if importance in self._viewer.layers:
+            layer = self._viewer.layers[importance]
+            layer.metadata.update({"model": outcome.request.model, "demo_notice": notice})
+            self.colorbar.show_layer(layer.metadata, layer.contrast_limits)
         self.controls.set_notice(notice)
         status = f"Top {outcome.request.k} patches shown ({outcome.request.model})."
         self.controls.status.value = f"{status} ({notice})" if notice else status
