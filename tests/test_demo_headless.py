@@ -85,11 +85,12 @@ def test_demo_writes_every_overlay_and_reads_back(demo_run):
         assert image.size[0] > 500 and image.text["medvl:notice"] == DEMO_NOTICE
     topk = json.loads((out / "topk.geojson").read_text())
     assert topk["medvl"]["model"] == "topksiglip-demo"
-    assert len(topk["features"]) == 15
+    shipped_k = json.loads((shipped_model_dir("topksiglip-demo") / "config.json").read_text())["k"]
+    assert len(topk["features"]) == shipped_k  # the demo reads at the model's own K
     assert all(f["properties"]["notice"] == DEMO_NOTICE for f in topk["features"])
     with open(out / "topk.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 15 and {r["model"] for r in rows} == {"topksiglip-demo"}
+    assert len(rows) == shipped_k and {r["model"] for r in rows} == {"topksiglip-demo"}
     assert not list(out.glob(".*"))  # no temporaries left behind
 
 
@@ -136,3 +137,18 @@ def test_missing_shipped_models_are_notes_naming_the_rebuild_never_a_training_ru
     assert len(scene.notes) == 2
     assert all("make demo-models" in note for note in scene.notes), scene.notes
     assert not any(cache.iterdir())
+
+
+def test_demo_reads_at_the_models_own_k_and_refuses_an_impossible_k(tmp_path, monkeypatch):
+    from _plugin_helpers import tiny_topk_folder
+    from medvl_engine.demo import build_scene
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tiny = str(tiny_topk_folder(tmp_path))  # trained with K = 3 on an 8 x 8 grid
+    missing = str(tmp_path / "no-encoder")
+    scene = build_scene(tmp_path / "a", "tumor", missing, tiny, None, slide_size=(512, 512))
+    assert scene.topk is not None
+    assert sum(len(scene.topk.ranks[view]) for view in ("CC", "MLO")) == 3
+    scene = build_scene(tmp_path / "b", "tumor", missing, tiny, 65, slide_size=(512, 512))
+    assert scene.topk is None
+    assert any("K = 65 is not possible" in note and "1 to 64" in note for note in scene.notes)

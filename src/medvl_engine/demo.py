@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from medvl_engine.errors import MedVLError
+from medvl_engine.errors import ConfigError, MedVLError
 
 if TYPE_CHECKING:
     from medvl_engine.synthetic import SyntheticMammoCase
@@ -158,7 +158,7 @@ def _run_pathology(scene: DemoScene, model: str, loading: Future, progress: Prog
 
 
 def _run_mammography(
-    scene: DemoScene, model: str, loading: Future, k: int, progress: Progress
+    scene: DemoScene, model: str, loading: Future, k: int | None, progress: Progress
 ) -> None:
     from medvl_engine.io.mammo import breast_image, open_mammogram
     from medvl_engine.models.topksiglip import predict_topk
@@ -171,6 +171,13 @@ def _run_mammography(
         progress(f"loading TopKSigLIP model {model}")
         with scene.stage("load TopK model"):
             topk_model = loading.result()
+        k = k or int(topk_model.config.k)  # default: the K the model was trained with
+        candidates = int(topk_model.geometry.num_candidates)
+        if not 1 <= k <= candidates:
+            raise ConfigError(
+                f"K = {k} is not possible with TopK model {model}: choose 1 to {candidates} "
+                "(its candidate patches)."
+            )
         progress(f"running TopK-Patch (K = {k})")
         with scene.stage("TopK"):
             scene.topk = predict_topk(topk_model, scene.breast, k=k)
@@ -183,12 +190,13 @@ def build_scene(
     prompt: str,
     model: str,
     topk_model: str,
-    k: int,
+    k: int | None,
     slide_size: tuple[int, int] | None = None,
     progress: Progress = _quiet,
 ) -> DemoScene:
     """Make the demo inputs in ``out`` and run both demo models on them.
 
+    k: TopK patches per breast (None: the K the TopK model was trained with).
     slide_size: (width, height) of the synthetic slide in level-0 px (None: DEMO_SLIDE_SIZE).
     A model that cannot be loaded leaves its result None and a one-sentence note in
     ``scene.notes``.

@@ -23,7 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--topk-model", default="topksiglip-demo", help="TopKSigLIP model name or folder"
     )
-    parser.add_argument("--k", type=int, default=15, help="TopK patches per breast")
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="TopK patches per breast (default: the K the TopK model was trained with)",
+    )
     parser.add_argument(
         "--slide-size",
         type=_size,
