@@ -89,7 +89,7 @@ def render_topk_png(
 ) -> bytes:
     """PNG bytes: the breast image in gray, the importance map in red, boxes with their ranks
     (yellow on a black outline), and a footer naming ``model`` with its demo notice."""
-    from PIL import Image, ImageDraw, PngImagePlugin
+    from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
 
     from medvl_engine._export_image import with_footer
 
@@ -111,11 +111,17 @@ def render_topk_png(
     draw = ImageDraw.Draw(canvas)
     draw.line([(0, size // 2), (size, size // 2)], fill=(80, 160, 255), width=max(size // 512, 1))
     width = max(size // 384, 1)
+    font = ImageFont.load_default(size=max(11, size // 48))
     for rank, (x0, y0, x1, y1) in enumerate(result.breast_boxes, start=1):
         draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(0, 0, 0), width=width + 2)
         draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(255, 230, 0), width=width)
         draw.text(
-            (x0 + 3, y0 + 2), str(rank), fill=(255, 230, 0), stroke_width=1, stroke_fill=(0, 0, 0)
+            (x0 + 2 * width + 2, y0 + width + 1),
+            str(rank),
+            fill=(255, 230, 0),
+            font=font,
+            stroke_width=max(1, width),
+            stroke_fill=(0, 0, 0),
         )
     if size > max_side:
         canvas = canvas.resize((max_side, max_side))
