@@ -7,13 +7,14 @@ import time
 
 import numpy as np
 import pytest
+from napari.utils.key_bindings import coerce_keybinding
 from napari.utils.notifications import notification_manager
 
 import _plugin_helpers as helpers
 from medvl_engine._colormap import DIVERGING_MAP, SEQUENTIAL_MAP, colormap_lut
 from medvl_engine.demo_models import DEMO_NOTICE
 from napari_medvl._heatmap_job import FeatureCache, HeatmapUpdate
-from napari_medvl._heatmap_widget import HeatmapWidget
+from napari_medvl._heatmap_widget import TOGGLE_KEY, HeatmapWidget
 
 pytestmark = pytest.mark.gui
 medvl_cache = helpers.medvl_cache  # fixture
@@ -125,6 +126,12 @@ def test_contrast_uses_the_diverging_map_centred_on_zero_with_a_colour_bar(
     softmax = viewer.layers["heatmap: tumor vs stroma"]
     assert softmax.metadata["colormap"] == SEQUENTIAL_MAP
     assert softmax.contrast_limits == pytest.approx((0.0, 1.0))
+    # the overlay toggle key hides and shows the heatmap shown last
+    toggle = viewer.keymap[coerce_keybinding(TOGGLE_KEY)]
+    toggle(viewer)
+    assert not softmax.visible
+    toggle(viewer)
+    assert softmax.visible
 
 
 def test_fixed_range_is_used_and_checked(

@@ -42,6 +42,7 @@ from napari_medvl._widget_common import JobControls, layers_of_kind
 __all__ = ["BLENDINGS", "HeatmapWidget"]
 
 BLENDINGS = ("translucent", "additive")
+TOGGLE_KEY = "Control-Shift-H"  # shows / hides the heatmap shown last, from anywhere in napari
 
 
 def _model_tooltip() -> str:
@@ -185,6 +186,8 @@ class HeatmapWidget(Container):
         napari_viewer.layers.events.removed.connect(self._layer_removed)
         self._refresh_choices()
         self._show_notice()
+        self.controls.bind_run_key(self.run, self.native)
+        napari_viewer.bind_key(TOGGLE_KEY, self.toggle_overlay, overwrite=True)
 
     def _fix_sizes(self) -> None:
         """Text that changes (status, history labels) wraps or elides instead of widening the
@@ -392,6 +395,23 @@ class HeatmapWidget(Container):
         if find_overlay(self._viewer, key) is None:
             return
         self._show(self.last_outcome, layer, with_boxes=False)
+
+    def toggle_overlay(self, _viewer: Any = None) -> None:
+        """Show or hide the heatmap layer of the result shown last (and its top patches)."""
+        if self.last_outcome is None:
+            return
+        layer = self._slide_layer_for(self.last_outcome)
+        key = overlay_key(
+            layer.metadata.get("path", "") if layer is not None else "",
+            self.last_outcome.request.mode,
+        )
+        image = find_overlay(self._viewer, key)
+        if image is None:
+            return
+        image.visible = not image.visible
+        boxes = find_overlay(self._viewer, key, "shapes")
+        if boxes is not None:
+            boxes.visible = image.visible
 
     def _layer_removed(self, _event: Any = None) -> None:
         if not any(layer.metadata.get("medvl_kind") == "heatmap" for layer in self._viewer.layers):
