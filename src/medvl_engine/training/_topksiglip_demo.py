@@ -256,6 +256,7 @@ def rebuild_shipped(
     *,
     target: str | Path | None = None,
     work_dir: str | Path | None = None,
+    synthetic_dir: str | Path | None = None,
 ) -> Path:
     """Train the demo recipe (seed 0) and write the shipped model folder; returns the folder.
 
@@ -264,7 +265,8 @@ def rebuild_shipped(
     ``<MEDVL_CACHE>/runs/topksiglip-demo``; a later rebuild reuses the cohorts, and a finished
     run of the same recipe there is shipped without training again). The test metrics come
     from ``medvl-train topksiglip eval``'s function on ``<work_dir>/best``, whose weights the
-    folder holds. Takes several minutes on 2 CPU cores.
+    folder holds. synthetic_dir: where the cohorts are (default ``<work_dir>/synthetic``).
+    Takes several minutes on 2 CPU cores.
     """
     import torch
 
@@ -282,6 +284,8 @@ def rebuild_shipped(
     work = Path(work_dir) if work_dir else cache_dir() / "runs" / SHIPPED_NAME
     destination = Path(target) if target else SHIPPED_ROOT / SHIPPED_NAME
     run_config, task_config = build_recipe(work, seed=0)
+    if synthetic_dir is not None:
+        task_config.synthetic_dir = str(synthetic_dir)
     reused = finished_with_recipe(work, run_config, task_config)
     if reused:
         say(f"{work} holds a finished run of this recipe; its best/ is shipped as it is")
