@@ -90,6 +90,7 @@ class TopKWidget(Container):
         )
         self.colorbar = ColorBar()
         self.native.layout().addWidget(self.colorbar)
+        self._pending: list[Any] = []
         self.last_outcome: TopKOutcome | None = None
         self.outcomes: dict[str | None, TopKOutcome] = {}
         self.runner = self.controls.bind(self._show_outcome)
@@ -232,8 +233,25 @@ class TopKWidget(Container):
             layers = readable_topk_layers(
                 outcome.result, outcome.breast, frames, outcome.breast.laterality, sources=sources
             )
-        for layer_data in layers:
-            upsert_layer(self._viewer, layer_data)
+        self._pending.extend(layers)
+        if len(self._pending) == len(layers):
+            self._add_next_layer()
+
+    @property
+    def drawing(self) -> bool:
+        """True while result layers are still being added (one per event-loop turn)."""
+        return bool(self._pending)
+
+    def _add_next_layer(self) -> None:
+        """Add one pending layer, then let the event loop run before the next: adding a
+        napari layer takes a few hundred ms, eight at once would freeze the viewer."""
+        from qtpy.QtCore import QTimer
+
+        if not self._pending:
+            return
+        upsert_layer(self._viewer, self._pending.pop(0))
+        if self._pending:
+            QTimer.singleShot(0, self._add_next_layer)
 
     def _show_outcome(self, outcome: TopKOutcome) -> None:
         from medvl_engine.demo_models import demo_notice_for
@@ -247,11 +265,10 @@ class TopKWidget(Container):
         notice = demo_notice_for(outcome.request.model)
         laterality = outcome.breast.laterality
         prefix = f"TopK {laterality}" if laterality else "TopK"
-        importance = f"{prefix} importance CC"
-        if importance in self._viewer.layers:
-            layer = self._viewer.layers[importance]
-            layer.metadata.update({"model": outcome.request.model, "demo_notice": notice})
-            self.colorbar.show_layer(layer.metadata, layer.contrast_limits)
+        for _, kwargs, _ in outcome.layers or []:
+            if kwargs["name"] == f"{prefix} importance CC":
+                kwargs["metadata"].update({"model": outcome.request.model, "demo_notice": notice})
+                self.colorbar.show_layer(kwargs["metadata"], kwargs["contrast_limits"])
         self.controls.set_notice(notice)
         status = f"Top {outcome.request.k} patches shown ({outcome.request.model})."
         self.controls.status.value = f"{status} ({notice})" if notice else status
