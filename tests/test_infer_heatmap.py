@@ -175,3 +175,18 @@ def test_prompts_from_another_embedding_space_are_refused():
         similarity_map(_store(), torch.ones(1, 3))
     with pytest.raises(DataError, match="do not match"):
         similarity_map(_store(), torch.ones(1, 4))  # 4 = 2 x 2 must not be reshaped silently
+
+
+def test_partial_map_keeps_the_full_grid_and_normalises_known_patches_only():
+    known = np.array([True, False, True, False])
+    heatmap = similarity_map(_store(), torch.tensor([[1.0, 0.0]]), normalize="minmax", known=known)
+    # known scores 1.0 and 0.6 min-max to 1 and 0; the others are NaN on the same 2 x 2 grid
+    np.testing.assert_allclose(heatmap.scores[known], [1.0, 0.0], atol=1e-6)
+    assert np.isnan(heatmap.scores[~known]).all()
+    assert heatmap.grid.shape == (2, 2)
+    np.testing.assert_allclose(heatmap.grid, [[1.0, np.nan], [0.0, np.nan]], atol=1e-6)
+    assert heatmap.value_range == (0.0, 1.0)
+    boxes, scores = top_patches(_store(), heatmap.scores, n=4)
+    assert len(boxes) == 2  # unknown patches never rank
+    with pytest.raises(ValueError, match="known marks 3 patches"):
+        similarity_map(_store(), torch.tensor([[1.0, 0.0]]), known=np.ones(3, bool))

@@ -243,3 +243,29 @@ def test_importance_cells_sit_where_the_engine_bounds_map_them(tmp_path_factory)
                 np.testing.assert_allclose(
                     np.sort(world, axis=0), np.sort(expected, axis=0), atol=1e-6
                 )
+
+
+def test_overlay_view_signed_maps_are_diverging_and_symmetric_about_zero():
+    from medvl_engine._colormap import DIVERGING_MAP, SEQUENTIAL_MAP
+    from napari_medvl._overlay_style import OverlayStyle, overlay_view
+
+    grid = np.array([[-0.227, -0.1], [-0.005, np.nan]], dtype=np.float32)
+    view = overlay_view(grid, "contrast", "none", (-0.227, -0.005), OverlayStyle())
+    # an all-negative contrast map: white is 0, so no cell reaches the red half
+    assert view.signed and view.colormap == DIVERGING_MAP
+    assert view.contrast_limits == pytest.approx((-0.227, 0.227))
+    crossing = overlay_view(grid, "cosine", "none", (-0.1, 0.3), OverlayStyle())
+    assert crossing.signed and crossing.contrast_limits == pytest.approx((-0.3, 0.3))
+    positive = overlay_view(grid, "cosine", "none", (0.1, 0.3), OverlayStyle())
+    assert not positive.signed and positive.colormap == SEQUENTIAL_MAP
+    assert positive.contrast_limits == pytest.approx((0.1, 0.3))
+    # normalised maps lie in [0, 1]: sequential even for contrast
+    normalised = overlay_view(grid, "contrast", "minmax", (0.0, 1.0), OverlayStyle())
+    assert not normalised.signed and normalised.contrast_limits == (0.0, 1.0)
+    # hide below: cells under the threshold become NaN (transparent), the others stay
+    hidden = overlay_view(grid, "contrast", "none", (-0.227, -0.005), OverlayStyle(threshold=-0.05))
+    np.testing.assert_array_equal(np.isnan(hidden.data), [[True, True], [False, True]])
+    assert (
+        overlay_view(grid, "cosine", "none", (0.1, 0.3), OverlayStyle(colormap="gray")).colormap
+        == "gray"
+    )
