@@ -245,3 +245,20 @@ def test_first_overlay_comes_early_and_cancel_keeps_what_is_done(
     qtbot.waitUntil(lambda: bool(updated), timeout=WORKER_TIMEOUT_MS)
     assert updated[0] - started < REPROMPT_BOUND_S
     assert heat.name == "heatmap: adipose tissue"
+
+
+def test_the_dock_loads_its_model_in_the_background(
+    make_napari_viewer, qtbot, tmp_path, medvl_cache
+):
+    viewer = make_napari_viewer()
+    cache = FeatureCache(root=tmp_path / "features")
+    started = time.perf_counter()
+    widget = HeatmapWidget(viewer, cache=cache)
+    assert time.perf_counter() - started < 1.0  # the GUI thread does not wait for it
+    qtbot.waitUntil(lambda: "medvl-demo" in cache.encoders, timeout=WORKER_TIMEOUT_MS)
+    assert not cache.loading
+    assert widget.runner.worker is None  # no job ran: Run will start at the slide
+    no_preload = FeatureCache(root=tmp_path / "other")
+    HeatmapWidget(viewer, cache=no_preload, preload=False)
+    qtbot.wait(200)
+    assert not no_preload.encoders and not no_preload.loading

@@ -34,6 +34,7 @@ __all__ = [
     "FeatureCache",
     "heatmap_job",
     "parse_prompts",
+    "preload_encoder",
     "prompt_label",
 ]
 
@@ -98,6 +99,7 @@ class FeatureCache:
     stores: dict[str, Any] = field(default_factory=dict)
     partials: dict[str, PartialFeatures] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    loading: dict[str, threading.Event] = field(default_factory=dict)
 
     def folder(self) -> Path:
         return self.root if self.root is not None else cache_dir("features")
@@ -106,6 +108,36 @@ class FeatureCache:
         """Keep an encoder and a slide's feature store computed elsewhere (e.g. by the demo)."""
         self.encoders[model] = encoder
         self.stores[_store_slot(slide, encoder)] = store
+
+
+def preload_encoder(cache: FeatureCache, model: str) -> threading.Thread | None:
+    """Load encoder ``model`` into ``cache`` in a background thread, and run its text tower
+    once (its first call is several times slower), so the first Run starts at the slide.
+
+    Returns the thread, or None when the encoder is loaded or loading already. A failure is
+    not reported here: the job then loads the model itself and reports the error sentence.
+    """
+    from medvl_engine.encoders import load_encoder
+
+    if model in cache.encoders or model in cache.loading:
+        return None
+    done = threading.Event()
+    cache.loading[model] = done
+
+    def load() -> None:
+        try:
+            encoder = load_encoder(model)
+            encoder.encode_text(["tissue"])
+            cache.encoders[model] = encoder
+        except Exception:  # reported by the job that loads it again (see above)
+            pass
+        finally:
+            cache.loading.pop(model, None)
+            done.set()
+
+    thread = threading.Thread(target=load, name="medvl-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _slide_token(slide: Any) -> str:
@@ -144,6 +176,10 @@ def heatmap_job(
             raise CancelledError("The heatmap request was cancelled.")
 
     yield Progress("loading model")
+    preloading = cache.loading.get(request.model)
+    while preloading is not None and not preloading.wait(0.1):
+        check_cancel()
+        yield Progress("loading model")
     encoder = cache.encoders.get(request.model)
     if encoder is None:
         encoder = yield from run_with_progress(

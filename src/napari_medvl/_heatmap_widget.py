@@ -32,6 +32,7 @@ from napari_medvl._heatmap_job import (
     HeatmapUpdate,
     heatmap_job,
     parse_prompts,
+    preload_encoder,
 )
 from napari_medvl._heatmap_overlay import HeatmapHistory, find_overlay, overlay_key, show_overlay
 from napari_medvl._layers import SLIDE_KIND
@@ -71,7 +72,11 @@ def _view_level0(layer: Any) -> tuple[float, float, float, float] | None:
 class HeatmapWidget(Container):
     """Text prompt heatmap over a whole-slide image layer."""
 
-    def __init__(self, napari_viewer: Any, cache: FeatureCache | None = None) -> None:
+    def __init__(
+        self, napari_viewer: Any, cache: FeatureCache | None = None, preload: bool = True
+    ) -> None:
+        """``preload``: load the model in the background now, so the first Run starts at the
+        slide (a first overlay within seconds) instead of at loading the model."""
         from medvl_engine._colormap import COLORMAP_CHOICES
         from medvl_engine.heatmap import MODES, NORMALIZATIONS
 
@@ -187,6 +192,8 @@ class HeatmapWidget(Container):
         self._refresh_choices()
         self._show_notice()
         self.controls.bind_run_key(self.run, self.native)
+        if preload:
+            preload_encoder(self.cache, self.model.value.strip() or "medvl-demo")
         napari_viewer.bind_key(TOGGLE_KEY, self.toggle_overlay, overwrite=True)
 
     def _fix_sizes(self) -> None:
