@@ -1,7 +1,8 @@
 """Data wait vs step time of the shared training loop, batches loaded in-process vs by 2 workers.
 
 Three trainings, each run with ``run.num_workers=0`` and ``run.num_workers=2`` side by side in
-this one process, reading ``data_s`` / ``step_s`` from each run's metrics.jsonl (the first
+this one process (in the order 0, 2, 2, 0, pooled per setting, so a drift in the machine's load
+falls on both alike), reading ``data_s`` / ``step_s`` from each run's metrics.jsonl (the first
 ``--skip`` steps, which include the workers' start and the first prefetch, are left out of the
 ratios; the wall time of the whole run includes them):
 
@@ -15,7 +16,7 @@ ratios; the wall time of the whole run includes them):
 * A toy task whose every batch waits ``--io-delay`` seconds (network or disk latency) before a
   fixed amount of compute per step: the overlap workers give when loading is I/O-bound.
 
-    .venv/bin/python bench/bench_train_dataloader.py            # about 8 minutes on 2 cores
+    .venv/bin/python bench/bench_train_dataloader.py            # about 15 minutes on 2 cores
     .venv/bin/python bench/bench_train_dataloader.py --quick    # 5 steps, smaller LIMIT bags
 """
 
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -171,7 +173,8 @@ def _topk_task(root: Path, breasts: int, batch: int, view_size: list[int], out_d
     return task
 
 
-def _measure(make_task, workers: int, steps: int, skip: int, out_dir: Path) -> dict[str, float]:
+def _measure(make_task, workers: int, steps: int, skip: int, out_dir: Path) -> dict[str, Any]:
+    """One training run: per-step data_s and step_s after the first ``skip`` steps, and wall s."""
     from medvl_engine.training import RunConfig, train
 
     task = make_task(out_dir)
@@ -189,15 +192,24 @@ def _measure(make_task, workers: int, steps: int, skip: int, out_dir: Path) -> d
     wall = time.perf_counter() - started
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     measured = [r for r in records if r.get("event") == "step"][skip:]
-    data = sum(r["data_s"] for r in measured)
-    step = sum(r["step_s"] for r in measured)
     return {
-        "steps": len(measured),
-        "data_fraction": data / step,
-        "data_s": data / len(measured),
-        "step_s": step / len(measured),
-        "steps_per_s": len(measured) / step,
+        "data": [r["data_s"] for r in measured],
+        "step": [r["step_s"] for r in measured],
         "wall_s": wall,
+    }
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Pooled over runs: data-wait fraction, mean data / compute / step seconds, steps/s."""
+    data = [value for run in runs for value in run["data"]]
+    step = [value for run in runs for value in run["step"]]
+    return {
+        "data_fraction": sum(data) / sum(step),
+        "data_s": sum(data) / len(step),
+        "compute_s": (sum(step) - sum(data)) / len(step),
+        "step_s": sum(step) / len(step),
+        "steps_per_s": len(step) / sum(step),
+        "wall_s": sum(run["wall_s"] for run in runs) / len(runs),
     }
 
 
@@ -209,13 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topk-batch", type=int, default=8)
     parser.add_argument("--patches", type=int, default=None, help="patches per LIMIT slide")
     parser.add_argument("--io-delay", type=float, default=0.1)
+    parser.add_argument(
+        "--rounds", type=int, choices=(1, 2), default=2, help="2: runs in the order 0 2 2 0"
+    )
     args = parser.parse_args(argv)
     steps = args.steps or (5 if args.quick else 8)
     patches = args.patches or (2000 if args.quick else 4000)
     view = [1024, 640]
     print(
         f"{os.cpu_count()} CPU cores, torch {torch.__version__} with {torch.get_num_threads()} "
-        f"threads; {steps} steps per run, the first {args.skip} left out of the ratios"
+        f"threads; {steps} steps per run, the first {args.skip} left out of the ratios; "
+        f"{args.rounds} run(s) per setting, pooled"
     )
     with tempfile.TemporaryDirectory(prefix="bench-dataloader-") as folder:
         root = Path(folder)
@@ -243,19 +259,23 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ]
         header = (
-            f"{'':44s} {'workers':>7s} {'data wait':>9s} {'data s':>7s} {'step s':>7s} "
-            f"{'steps/s':>8s} {'wall s':>7s}"
+            f"{'':44s} {'workers':>7s} {'data wait':>9s} {'data s':>7s} {'compute s':>9s} "
+            f"{'step s':>7s} {'steps/s':>8s} {'wall s':>7s}"
         )
         print(header)
+        # A B B A (or A B): a drift in the machine's load falls on both settings alike
+        order = [0, 2, 2, 0] if args.rounds == 2 else [0, 2]
         for title, make in suites:
-            results = {}
-            for workers in (0, 2):
-                out_dir = root / f"run-{len(results)}-{title.split(',')[0]}-{workers}"
-                results[workers] = stats = _measure(make, workers, steps, args.skip, out_dir)
+            runs: dict[int, list[dict[str, Any]]] = {0: [], 2: []}
+            for number, workers in enumerate(order):
+                out_dir = root / f"run-{title.split(',')[0]}-{number}-{workers}"
+                runs[workers].append(_measure(make, workers, steps, args.skip, out_dir))
+            results = {workers: _summary(pooled) for workers, pooled in runs.items()}
+            for workers, stats in results.items():
                 print(
                     f"{title[:44]:44s} {workers:7d} {stats['data_fraction']:9.1%} "
-                    f"{stats['data_s']:7.3f} {stats['step_s']:7.3f} {stats['steps_per_s']:8.2f} "
-                    f"{stats['wall_s']:7.1f}",
+                    f"{stats['data_s']:7.3f} {stats['compute_s']:9.3f} {stats['step_s']:7.3f} "
+                    f"{stats['steps_per_s']:8.2f} {stats['wall_s']:7.1f}",
                     flush=True,
                 )
             ratio = results[2]["steps_per_s"] / results[0]["steps_per_s"]
