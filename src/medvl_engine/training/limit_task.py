@@ -671,7 +671,7 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     +- bootstrap std) with every inference pooling method for the tuned tower (random
     pooling: mean +- std over seeded trials); the template x synonym robustness report;
     patch level when labels exist. Returns the numbers as a dict (also written to
-    ``<out_dir>/evaluation.json``).
+    ``<out_dir>/validation_report.json``).
     """
     out_dir = Path(summary["out_dir"])
     folder = _tuned_folder(out_dir)
