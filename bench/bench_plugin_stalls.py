@@ -112,9 +112,8 @@ def main() -> None:
 
             widget = HeatmapWidget(viewer, cache=FeatureCache(root=Path(scratch) / "features"))
             viewer.window.add_dock_widget(widget, name="heatmap")
-            from medvl_engine.encoders import load_encoder
-
-            widget.cache.encoders["medvl-demo"] = load_encoder("medvl-demo")
+            while "medvl-demo" not in widget.cache.encoders:  # loaded when the dock opens
+                _settle(app, 0.1)
             widget.slide_choice.value = layer
             viewer.scene.camera.center = (1024.0, 1024.0)
             viewer.scene.camera.zoom = 0.5
