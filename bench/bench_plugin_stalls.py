@@ -15,6 +15,7 @@ under tools/with_display.sh).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ import tifffile  # noqa: E402
 
 from bench_io_slide_read import tissue_like  # noqa: E402
 
+REPROMPTS = ("adipose tissue", "stroma", "necrosis", "lymphocytes", "carcinoma")
 PAN_STEPS = 40
 PAN_STEP_PX = 120  # screen px per step, about half a tile at level 0
 STEP_MS = 40
@@ -137,14 +139,17 @@ def main() -> None:
 
             updated: list[float] = []
             heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
-            widget.prompts.value = "adipose tissue"
+            reprompt_s = []
             probe.start()
-            started = time.perf_counter()
-            widget.run()
-            while widget.runner.running or not updated:
-                _settle(app, 0.01)
-            reprompt_s = updated[0] - started
-            _settle(app, 0.3)
+            for prompt in REPROMPTS:
+                updated.clear()
+                widget.prompts.value = prompt
+                started = time.perf_counter()
+                widget.run()
+                while widget.runner.running or not updated:
+                    _settle(app, 0.01)
+                reprompt_s.append(updated[0] - started)
+                _settle(app, 0.3)
             probe.stop()
             reprompt = probe.summary()
         finally:
@@ -156,8 +161,10 @@ def main() -> None:
         print(f"ratio worst pan stall sync / async       : {worst_sync / worst_async:8.1f}x")
         print(f"first heatmap (async slicing): {first_heatmap}")
         print(f"first heatmap: Run to first overlay      : {first_overlay_s:8.2f} s")
-        print(f"re-prompt result display     : {reprompt}")
-        print(f"re-prompt: Run to updated layer          : {reprompt_s * 1e3:8.1f} ms")
+        print(f"{len(REPROMPTS)} re-prompts' result display: {reprompt}")
+        print(f"first re-prompt: Run to updated layer    : {reprompt_s[0] * 1e3:8.1f} ms")
+        later = statistics.median(reprompt_s[1:])
+        print(f"later re-prompts, median                 : {later * 1e3:8.1f} ms")
         print(f"first heatmap: Run to complete map       : {total_s:8.2f} s")
         targets = worst_async <= 100 and p99_async <= 50 and first_worst <= 100 and first_p99 <= 50
         print(f"within 100 ms worst / 50 ms p99 (async)  : {'yes' if targets else 'no'}")
