@@ -29,8 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = demo_models.SHIPPED_ROOT / "topksiglip-demo"
 METRIC_TOLERANCE = 1e-6
 """Shipped weights scored again here against the card: same weights, same breasts."""
-REBUILD_TOLERANCE = {"auroc_cancer": 0.05, "pointing_game": 0.05}
-"""A rebuild from scratch on another machine lands this close to the card (README figures)."""
+REBUILD_TOLERANCE = {"auroc_cancer": 0.24, "pointing_game": 0.21}
+"""A rebuild from scratch on another machine is a new draw, like another seed: two standard
+deviations of the difference of two seeds (sqrt(2) x the std over seeds 0-2 that
+``medvl-train topksiglip eval ... run.seeds=[0,1,2]`` printed: 0.085 and 0.073)."""
 
 
 def test_packaged_recipe_is_the_demo_yaml():
