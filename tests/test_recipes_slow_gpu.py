@@ -8,7 +8,6 @@ autocast through the same command line.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -24,11 +23,6 @@ def _limit_overrides(tmp_path: Path) -> list[str]:
 
 def _topk_overrides(tmp_path: Path) -> list[str]:
     return [f"run.out_dir={tmp_path / 'run'}", "task.install_as=null", "run.progress=false"]
-
-
-def _printed_metrics(text: str) -> dict[str, float]:
-    found = re.findall(r"^\s+([a-z_0-9]+)\s+(-?[0-9.]+)\s*$", text, flags=re.MULTILINE)
-    return {key: float(value) for key, value in found}
 
 
 @pytest.mark.slow
@@ -49,17 +43,20 @@ def test_limit_demo_tuned_tower_beats_the_untuned_one(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_topksiglip_demo_is_well_above_chance(tmp_path, capsys):
+def test_topksiglip_demo_meets_the_test_split_bar(tmp_path):
+    """Issue 9's bar on the test split, mean over 3 seeds, each model chosen on validation:
+    cancer AUROC >= 0.85 and Pointing Game >= 0.80, each above the best trivial baseline
+    (intensity statistics; the max-intensity map) on the same breasts."""
     config = str(TRAIN / "topksiglip_demo.yaml")
-    assert train_main(["topksiglip", "--config", config, *_topk_overrides(tmp_path)]) == 0
-    metrics = _printed_metrics(capsys.readouterr().out)
-    assert metrics["pointing_game"] > 2 * metrics["pointing_game_chance"]
-    assert metrics["pixel_ap"] > 2 * metrics["pixel_ap_chance"]
-    assert metrics["auroc_density_avg"] > 0.7
-    # Zero-shot with the paper's prompts on 96 held-out breasts (an AUROC moves by ~0.06).
-    assert metrics["auroc_cancer"] > 0.7
-    assert metrics["auroc_birads_avg"] > 0.6
-    assert metrics["auroc_findings_avg"] > 0.6
+    overrides = [*_topk_overrides(tmp_path), "run.seeds=[0,1,2]"]
+    assert train_main(["topksiglip", "--config", config, *overrides]) == 0
+    assert train_main(["topksiglip", "eval", "--config", config, *overrides]) == 0
+    results = json.loads((tmp_path / "run" / "test_evaluation.json").read_text())
+    assert len(results["models"]) == 3
+    over_seeds, baseline = results["mean_std_over_seeds"], results["baseline"]["metrics"]
+    for key, bar in (("auroc_cancer", 0.85), ("pointing_game", 0.80)):
+        assert over_seeds[key]["mean"] >= bar, (key, over_seeds[key])
+        assert over_seeds[key]["mean"] > baseline[key]["value"], (key, baseline[key])
 
 
 @pytest.mark.gpu
