@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,23 @@ def test_rebuild_from_scratch_lands_within_the_stated_tolerance_of_the_card(tmp_
     rebuilt = json.loads((folder / "config.json").read_text(encoding="utf-8"))["test_metrics"]
     for key, tolerance in REBUILD_TOLERANCE.items():
         assert abs(rebuilt[key] - config["test_metrics"][key]) <= tolerance, key
+
+
+def test_install_as_the_shipped_name_stops_before_training(tmp_path, capsys):
+    from medvl_engine.cli.train import main as train_main
+
+    config = str(Path(__file__).resolve().parents[1] / "train" / "topksiglip_demo.yaml")
+    started = time.perf_counter()
+    status = train_main(
+        [
+            "topksiglip",
+            "--config",
+            config,
+            f"run.out_dir={tmp_path / 'run'}",
+            "task.install_as=topksiglip-demo",
+        ]
+    )
+    elapsed = time.perf_counter() - started
+    assert status == 2
+    assert "shipped demo model and cannot be installed over" in capsys.readouterr().err
+    assert elapsed < 20 and not (tmp_path / "run").exists()

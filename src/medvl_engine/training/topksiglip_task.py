@@ -603,7 +603,12 @@ class TopKSigLIPTask:
 
 
 def build_task(task_config: TopKSigLIPTaskConfig, run_config: RunConfig) -> TopKSigLIPTask:
-    """The task for ``medvl-train topksiglip``."""
+    """The task for ``medvl-train topksiglip``; an unusable ``install_as`` name (the shipped
+    demo's, or a path) stops here, before any data is made or any step is trained."""
+    if task_config.install_as:
+        from medvl_engine.models.topksiglip import registered_model_dir
+
+        registered_model_dir(task_config.install_as)
     return TopKSigLIPTask(task_config, run_config)
 
 
