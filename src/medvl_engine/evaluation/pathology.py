@@ -33,10 +33,12 @@ __all__ = [
     "choice_categories",
     "organ_mean_bootstrap",
     "random_patch_pool",
+    "score_zero_shot",
     "slide_class_scores",
     "synonym_class_names",
     "patch_template_synonym_robustness",
     "template_synonym_robustness",
+    "zero_shot_predictions",
     "zero_shot_slides",
     "zero_shot_patches",
     "DEFAULT_TEMPLATE",
@@ -276,6 +278,139 @@ def _over_trials(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"per_organ": per_organ, "organ_mean": organ_mean, "pooled": pooled}
 
 
+PredictionRow = tuple[Any, ...]  # (slide_id, category, organ, label, pred. organ, pred. class)
+
+
+def _slide_generator(trial_seed: int, slide_seed: int) -> torch.Generator:
+    """The random-pooling generator of one slide in one trial (independent of other slides)."""
+    return torch.Generator().manual_seed((trial_seed * 1_000_003 + slide_seed) % 2**63)
+
+
+@torch.no_grad()
+def zero_shot_predictions(
+    slides: Sequence[SlideExample],
+    classes_by_organ: Mapping[str, Sequence[str]],
+    encode_text: TextEncoder,
+    tau_attn: float,
+    *,
+    template: str = DEFAULT_TEMPLATE,
+    tissue_names: Mapping[str, str] | None = None,
+    class_names: Mapping[str, str] | None = None,
+    pooling: str = "report_guided",
+    k: int = 10,
+    normalize_features: bool = True,
+    seed: int = 0,
+    group_single_label: bool = True,
+    single_label_group: str = SINGLE_LABEL_GROUP,
+    random_trials: int = 10,
+    random_patches: int = 10,
+    slide_seeds: Sequence[int] | None = None,
+) -> list[list[PredictionRow]]:
+    """The prediction row of every slide, one list per trial (one trial unless ``random``).
+
+    ``y = argmax_k cos(h_W(c_k), c_k)`` (Eq. 5) over the choices of the slide's category.
+    Rows are small plain tuples ``(slide_id, category, organ, label, predicted_organ,
+    predicted_label)``, so shards of the slides can be scored on different processes and
+    their rows concatenated (:func:`score_zero_shot`). ``slide_seeds``: one integer per
+    slide (e.g. its index in the whole evaluation set); with them each slide draws its
+    random patches from its own generator, so the rows do not depend on how the slides
+    are split; without them one generator per trial runs through the slides in order.
+    """
+    if slide_seeds is not None and len(slide_seeds) != len(slides):
+        raise ValueError(f"{len(slide_seeds)} slide seeds for {len(slides)} slides")
+    categories = choice_categories(classes_by_organ, group_single_label, single_label_group)
+    category_of = {organ: name for name, options in categories.items() for organ, _ in options}
+    for slide in slides:
+        options = [
+            c for o, c in categories.get(category_of.get(slide.organ, ""), []) if o == slide.organ
+        ]
+        if slide.label not in options:
+            raise ValueError(
+                f"slide {slide.slide_id or '?'} has label {slide.label!r}, not among the "
+                f"choices of organ {slide.organ!r}: {options}"
+            )
+    embeddings: dict[str, torch.Tensor] = {}
+    for name in sorted({category_of[s.organ] for s in slides}):
+        prompts = [
+            template.format(
+                **{
+                    "tissue": (tissue_names or {}).get(organ, organ),
+                    "class": (class_names or {}).get(label, label),
+                }
+            )
+            for organ, label in categories[name]
+        ]
+        embeddings[name] = encode_text(prompts).float().cpu()
+    seeds = [seed + trial for trial in range(random_trials)] if pooling == "random" else [seed]
+    if not seeds:
+        raise ValueError("random pooling needs at least one trial")
+    trial_rows = []
+    for trial_seed in seeds:
+        shared = torch.Generator().manual_seed(trial_seed)
+        rows = []
+        for index, slide in enumerate(slides):
+            generator = (
+                shared if slide_seeds is None else _slide_generator(trial_seed, slide_seeds[index])
+            )
+            category = category_of[slide.organ]
+            scores = slide_class_scores(
+                slide.features.cpu(),
+                embeddings[category],
+                tau_attn,
+                pooling,
+                k,
+                normalize_features,
+                generator,
+                random_patches,
+            )
+            predicted = categories[category][int(scores.argmax())]
+            rows.append((slide.slide_id, category, slide.organ, slide.label, *predicted))
+        trial_rows.append(rows)
+    return trial_rows
+
+
+def score_zero_shot(
+    trial_rows: Sequence[Sequence[PredictionRow]],
+    classes_by_organ: Mapping[str, Sequence[str]],
+    *,
+    trials: int = 1000,
+    seed: int = 0,
+    overall: Literal["organ_mean", "pooled"] = "organ_mean",
+    group_single_label: bool = True,
+    single_label_group: str = SINGLE_LABEL_GROUP,
+    report_organs: int | None = None,
+) -> dict[str, Any]:
+    """Balanced accuracies of prediction rows (:func:`zero_shot_predictions`), the dict of
+    :func:`zero_shot_slides`. Several trials (random pooling): means over the trials and
+    the std across them, no bootstrap."""
+    if overall not in ("organ_mean", "pooled"):
+        raise ValueError(f"overall must be 'organ_mean' or 'pooled', got {overall!r}")
+    if not trial_rows:
+        raise ValueError("random pooling needs at least one trial")
+    categories = choice_categories(classes_by_organ, group_single_label, single_label_group)
+    choices = {name: len(options) for name, options in categories.items()}
+    bootstrap = 0 if len(trial_rows) > 1 else trials
+    results = [
+        _score_rows(list(rows), choices, bootstrap, seed, report_organs, single_label_group)
+        for rows in trial_rows
+    ]
+    scored = _over_trials(results) if len(results) > 1 else results[0]
+    chosen = dict(scored[overall], definition=overall)
+    return {
+        "per_organ": scored["per_organ"],
+        "overall": chosen,
+        "organ_mean": scored["organ_mean"]["balanced_accuracy"],
+        "organ_mean_summary": scored["organ_mean"],
+        "pooled": scored["pooled"],
+        "categories": {
+            name: [_key(o) for o in options]
+            for name, options in categories.items()
+            if name in scored["per_organ"]
+        },
+        "predictions": list(trial_rows[0]),
+    }
+
+
 @torch.no_grad()
 def zero_shot_slides(
     slides: Sequence[SlideExample],
@@ -319,71 +454,33 @@ def zero_shot_slides(
     """
     if overall not in ("organ_mean", "pooled"):
         raise ValueError(f"overall must be 'organ_mean' or 'pooled', got {overall!r}")
-    categories = choice_categories(classes_by_organ, group_single_label, single_label_group)
-    category_of = {organ: name for name, options in categories.items() for organ, _ in options}
-    for slide in slides:
-        options = [
-            c for o, c in categories.get(category_of.get(slide.organ, ""), []) if o == slide.organ
-        ]
-        if slide.label not in options:
-            raise ValueError(
-                f"slide {slide.slide_id or '?'} has label {slide.label!r}, not among the "
-                f"choices of organ {slide.organ!r}: {options}"
-            )
-    embeddings: dict[str, torch.Tensor] = {}
-    for name in sorted({category_of[s.organ] for s in slides}):
-        prompts = [
-            template.format(
-                **{
-                    "tissue": (tissue_names or {}).get(organ, organ),
-                    "class": (class_names or {}).get(label, label),
-                }
-            )
-            for organ, label in categories[name]
-        ]
-        embeddings[name] = encode_text(prompts).float().cpu()
-    choices = {name: len(options) for name, options in categories.items()}
-    seeds = [seed + trial for trial in range(random_trials)] if pooling == "random" else [seed]
-    if not seeds:
-        raise ValueError("random pooling needs at least one trial")
-    results, first_rows = [], []
-    for trial_seed in seeds:
-        generator = torch.Generator().manual_seed(trial_seed)
-        rows = []
-        for slide in slides:
-            category = category_of[slide.organ]
-            scores = slide_class_scores(
-                slide.features.cpu(),
-                embeddings[category],
-                tau_attn,
-                pooling,
-                k,
-                normalize_features,
-                generator,
-                random_patches,
-            )
-            predicted = categories[category][int(scores.argmax())]
-            rows.append((slide.slide_id, category, slide.organ, slide.label, *predicted))
-        first_rows = first_rows or rows
-        bootstrap = 0 if len(seeds) > 1 else trials
-        results.append(
-            _score_rows(rows, choices, bootstrap, seed, report_organs, single_label_group)
-        )
-    scored = _over_trials(results) if len(seeds) > 1 else results[0]
-    chosen = dict(scored[overall], definition=overall)
-    return {
-        "per_organ": scored["per_organ"],
-        "overall": chosen,
-        "organ_mean": scored["organ_mean"]["balanced_accuracy"],
-        "organ_mean_summary": scored["organ_mean"],
-        "pooled": scored["pooled"],
-        "categories": {
-            name: [_key(o) for o in options]
-            for name, options in categories.items()
-            if name in scored["per_organ"]
-        },
-        "predictions": first_rows,
-    }
+    trial_rows = zero_shot_predictions(
+        slides,
+        classes_by_organ,
+        encode_text,
+        tau_attn,
+        template=template,
+        tissue_names=tissue_names,
+        class_names=class_names,
+        pooling=pooling,
+        k=k,
+        normalize_features=normalize_features,
+        seed=seed,
+        group_single_label=group_single_label,
+        single_label_group=single_label_group,
+        random_trials=random_trials,
+        random_patches=random_patches,
+    )
+    return score_zero_shot(
+        trial_rows,
+        classes_by_organ,
+        trials=trials,
+        seed=seed,
+        overall=overall,
+        group_single_label=group_single_label,
+        single_label_group=single_label_group,
+        report_organs=report_organs,
+    )
 
 
 def synonym_class_names(

@@ -454,13 +454,17 @@ class LimitTask:
         from medvl_engine.evaluation import SlideExample
 
         labelled = [r for r in self.splits[split] if r.label]
-        classes: dict[str, set[str]] = {}
-        for record in (r for records in self.splits.values() for r in records if r.label):
-            classes.setdefault(record.organ, set()).add(record.label)
         slides = [
             SlideExample(self.cache.get(r.features), r.organ, r.label, r.slide_id) for r in labelled
         ]
-        return slides, {organ: sorted(names) for organ, names in sorted(classes.items())}
+        return slides, self._classes_by_organ()
+
+    def _classes_by_organ(self) -> dict[str, list[str]]:
+        """The classes of each organ over the labelled slides of all splits."""
+        classes: dict[str, set[str]] = {}
+        for record in (r for records in self.splits.values() for r in records if r.label):
+            classes.setdefault(record.organ, set()).add(record.label)
+        return {organ: sorted(names) for organ, names in sorted(classes.items())}
 
     def _protocol(self) -> dict[str, Any]:
         config = self.config
@@ -523,24 +527,94 @@ class LimitTask:
             **protocol,
         )
 
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
+    def evaluate_shard(self, model: nn.Module, rank: int, world_size: int) -> dict[str, Any]:
+        """This rank's share (``rank::world_size``) of the validation set, as small plain data.
+
+        ``{"bags": [(bag index, loss, retrieval top-1)], "rows": [(slide index, [prediction
+        row per trial])]}``: the loss terms of the validation bags (:meth:`_validation_bags`)
+        and the zero-shot prediction rows of the labelled validation slides
+        (:func:`~medvl_engine.evaluation.pathology.zero_shot_predictions`, random patches
+        seeded per slide), so :meth:`merge_evaluation` of all ranks' parts equals one process.
+        The test split is read only by ``medvl-train limit eval``.
+        """
+        from medvl_engine.evaluation import SlideExample
+        from medvl_engine.evaluation.pathology import zero_shot_predictions
+
         model = unwrap_model(model)
         device = next(model.parameters()).device
-        metrics: dict[str, float] = {}
         bags = self._validation_bags()
-        if bags:
-            losses, hits = [], []
-            for bag in bags:
-                batch = {k: v.to(device) for k, v in self.make_batch(bag).items()}
-                terms = self.compute_losses(model, batch)
-                losses.append(float(terms["loss"]))
-                hits.append(float(terms["retrieval_top1"]))
-            metrics["val_loss"] = sum(losses) / len(losses)
-            metrics["val_retrieval_top1"] = sum(hits) / len(hits)
-        result = self.zero_shot(model, "val", trials=0)  # the test split is read only by `eval`
-        if result:
+        bag_terms = []
+        for index in range(rank, len(bags), world_size):
+            batch = {k: v.to(device) for k, v in self.make_batch(bags[index]).items()}
+            terms = self.compute_losses(model, batch)
+            bag_terms.append((index, float(terms["loss"]), float(terms["retrieval_top1"])))
+        labelled = [r for r in self.splits["val"] if r.label]
+        mine = list(range(rank, len(labelled), world_size))
+        slides = [
+            SlideExample(
+                self.cache.get(labelled[i].features),
+                labelled[i].organ,
+                labelled[i].label,
+                labelled[i].slide_id,
+            )
+            for i in mine
+        ]
+        rows: list[tuple[int, list[tuple[Any, ...]]]] = []
+        if slides:
+            config = self.config
+            protocol = self._protocol()
+            trial_rows = zero_shot_predictions(
+                slides,
+                self._classes_by_organ(),
+                lambda texts: model.encode_texts(texts),
+                model.tau_attn,
+                template=config.eval_template,
+                pooling=config.eval_pooling,
+                k=config.eval_topk,
+                seed=protocol["seed"],
+                group_single_label=protocol["group_single_label"],
+                random_trials=protocol["random_trials"],
+                random_patches=protocol["random_patches"],
+                slide_seeds=mine,
+            )
+            rows = [
+                (index, [trial[position] for trial in trial_rows])
+                for position, index in enumerate(mine)
+            ]
+        return {"bags": bag_terms, "rows": rows}
+
+    def merge_evaluation(self, parts: list[Any]) -> dict[str, float]:
+        """Validation metrics over every rank's part (:meth:`evaluate_shard`): mean loss and
+        retrieval top-1 over the validation bags, and the zero-shot overall balanced accuracy
+        (no bootstrap) over all labelled validation slides."""
+        from medvl_engine.evaluation.pathology import score_zero_shot
+
+        parts = [part for part in parts if part]
+        bag_terms = sorted(term for part in parts for term in part["bags"])
+        metrics: dict[str, float] = {}
+        if bag_terms:
+            metrics["val_loss"] = sum(loss for _, loss, _ in bag_terms) / len(bag_terms)
+            metrics["val_retrieval_top1"] = sum(hit for _, _, hit in bag_terms) / len(bag_terms)
+        slide_rows = sorted((row for part in parts for row in part["rows"]), key=lambda r: r[0])
+        if slide_rows:
+            protocol = self._protocol()
+            trials = len(slide_rows[0][1])
+            trial_rows = [[rows[trial] for _, rows in slide_rows] for trial in range(trials)]
+            result = score_zero_shot(
+                trial_rows,
+                self._classes_by_organ(),
+                trials=0,
+                seed=protocol["seed"],
+                overall=protocol["overall"],
+                group_single_label=protocol["group_single_label"],
+                report_organs=protocol["report_organs"],
+            )
             metrics["val_balanced_accuracy"] = result["overall"]["balanced_accuracy"]
         return metrics
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        """Validation metrics in one process (:meth:`evaluate_shard` of the whole set)."""
+        return self.merge_evaluation([self.evaluate_shard(model, 0, 1)])
 
 
 def build_task(config: LimitTaskConfig, run_config: RunConfig) -> LimitTask:
