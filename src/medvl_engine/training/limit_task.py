@@ -26,6 +26,7 @@ from medvl_engine.data import (
     collate_bags,
     read_manifest,
 )
+from medvl_engine.data.bags import sample_patch_rows
 from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.losses import siglit_loss, weighted_infonce
 from medvl_engine.models.limit import LimitModel, load_limit_model, save_limit_text_tower
@@ -93,6 +94,10 @@ class LimitTaskConfig:
     eval_robustness_templates: list[str] | None = None  # None: data/limit_prompt_variants.py
     eval_robustness_synonyms: list[str] | None = None  # None: the paper's five cancer terms
     feature_cache: int = 256  # bags kept in memory
+    # Patches per slide of a training bag: None keeps every patch; N draws N patches per slide
+    # and step, uniformly without replacement (seeded by run.seed, epoch and bag), and reads
+    # only those rows of a .h5 bag. Validation and zero-shot always use every patch.
+    max_patches: int | None = None
 
 
 CONFIG_CLASS = LimitTaskConfig
@@ -290,6 +295,8 @@ class LimitTask:
             raise ConfigError(
                 "task.eval_random_trials and task.eval_random_patches must be at least 1."
             )
+        if config.max_patches is not None and config.max_patches < 1:
+            raise ConfigError("task.max_patches must be at least 1, or null for every patch.")
         if config.eval_report_organs is not None and config.eval_report_organs < 0:
             raise ConfigError("task.eval_report_organs must be 0 or more, or null for all organs.")
         manifest = self._manifest_path()
@@ -305,7 +312,7 @@ class LimitTask:
             )
         self.splits = _split_records(records, config.val_fraction, self.seed)
         self.cache = BagCache(config.feature_cache)
-        self.feature_dim = int(self.cache.get(self.splits["train"][0].features).shape[1])
+        self.feature_dim = self.cache.shape(self.splits["train"][0].features)[1]
         self.sampler = OrganStratifiedSampler(
             [r.organ for r in self.splits["train"]],
             config.num_negatives,
@@ -371,11 +378,37 @@ class LimitTask:
     def num_batches(self, epoch: int, rank: int, world_size: int) -> int:
         return -(-len(self.sampler) // world_size)
 
-    def make_batch(self, records: list[SlideRecord]) -> dict[str, torch.Tensor]:
-        """One bag: features ``[K, M, D]``, mask ``[K, M]``, report tokens ``[K, L]``."""
+    def _sampled_patches(self, records: list[SlideRecord], patch_seed: int) -> list[torch.Tensor]:
+        """``task.max_patches`` rows of each slide ``[S_k, D]`` (increasing row order), drawn by
+        one generator seeded with ``patch_seed`` through the slides in bag order."""
+        generator = torch.Generator().manual_seed(patch_seed)
+        sample = int(self.config.max_patches or 0)
+        bags = []
+        for record in records:
+            count = self.cache.shape(record.features)[0]
+            rows = sample_patch_rows(count, sample, generator)
+            bags.append(self.cache.rows(record.features, rows))
+        return bags
+
+    def patch_seed(self, epoch: int, bag_index: int) -> int:
+        """The seed of the patch sample of bag ``bag_index`` (of all ranks) in ``epoch``."""
+        return (self.seed * 1_000_003 + epoch) * 1_000_003 + bag_index
+
+    def make_batch(
+        self, records: list[SlideRecord], patch_seed: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        """One bag: features ``[K, M, D]``, mask ``[K, M]``, report tokens ``[K, L]``.
+
+        With ``patch_seed`` and ``task.max_patches`` each slide keeps a random sample of its
+        patches (:meth:`_sampled_patches`); otherwise every patch.
+        """
         if self.tokenizer is None:
             raise RuntimeError("build_model() must run before batches are made")
-        features, mask = collate_bags([self.cache.get(r.features) for r in records])
+        if patch_seed is not None and self.config.max_patches is not None:
+            bags = self._sampled_patches(records, patch_seed)
+        else:
+            bags = [self.cache.get(r.features) for r in records]
+        features, mask = collate_bags(bags)
         tokens = self.tokenizer(
             [r.report for r in records],
             padding=True,
@@ -406,7 +439,10 @@ class LimitTask:
         if memo is None or memo[0] != key:
             memo = self._bags_memo = (key, self._my_bags(epoch, rank, world_size))
         train = self.splits["train"]
-        return self.make_batch([train[i] for i in memo[1][index]])
+        bag_index = shard_indices(len(self.sampler), rank, world_size)[index]  # one per slide
+        return self.make_batch(
+            [train[i] for i in memo[1][index]], patch_seed=self.patch_seed(epoch, bag_index)
+        )
 
     # -- loss ----------------------------------------------------------------------------
     def compute_losses(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
