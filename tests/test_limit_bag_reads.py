@@ -164,3 +164,12 @@ def test_the_cache_reads_shapes_from_metadata(h5_cohort):
     cache = BagCache(4)
     assert cache.shape(root / "s0.h5") == arrays["s0.h5"].shape
     assert len(cache._items) == 0
+
+
+def test_cache_rows_of_a_zarr_store_come_from_the_cached_bag(tmp_path):
+    full = np.random.default_rng(5).normal(size=(50, 8)).astype(np.float32)
+    path = write_feature_store(tmp_path / "bag.zarr", full)
+    cache = BagCache(4)
+    rows = np.array([3, 4, 40])
+    np.testing.assert_array_equal(cache.rows(path, rows).numpy(), full[rows])
+    assert list(cache._items) == [path] and cache.shape(path) == (50, 8)

@@ -126,3 +126,46 @@ def test_two_gloo_ranks_give_the_metrics_of_one_process(cohort, tmp_path):
     assert ranks[0]["metrics"].keys() == single.keys()
     for key, value in single.items():
         assert ranks[0]["metrics"][key] == pytest.approx(value, abs=1e-6), key
+
+
+def _train_worker(rank: int, port: int, root: str, manifest: str, out_dir: str, result_dir: str):
+    from medvl_engine.training import train
+
+    _join_group(rank, port)
+    task = _task(Path(root), Path(manifest))
+    run = RunConfig(
+        lr=1e-3,
+        epochs=1,
+        max_steps=2,
+        out_dir=out_dir,
+        progress=False,
+        seed=5,
+        device="cpu",
+        dist_timeout_minutes=5,
+    )
+    summary = train(task, run)
+    _leave(
+        Path(result_dir, f"rank{rank}.json"),
+        {"evaluations": summary["evaluations"], "metrics": task.last_metrics},
+    )
+
+
+def test_two_ranks_train_and_evaluate_the_saved_model_as_one_process(cohort, tmp_path):
+    from medvl_engine.models.limit import load_limit_model
+
+    root, manifest = cohort
+    results, out_dir = tmp_path / "results", tmp_path / "ddp"
+    results.mkdir()
+    args = (_free_port(), str(root), str(manifest), str(out_dir), str(results))
+    _spawn_ranks(_train_worker, args)
+    ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    assert ranks[0]["metrics"] == ranks[1]["metrics"]  # both ranks evaluated and merged
+    assert ranks[1]["evaluations"] == [] and len(ranks[0]["evaluations"]) == 1
+    task = _task(root, manifest)
+    task.build_model()  # the tokenizer for the validation bags
+    model = load_limit_model(out_dir / "final").eval()
+    model.tau_attn = task.config.tau_attn
+    with torch.no_grad():
+        single = task.evaluate(model)
+    for key, value in single.items():
+        assert ranks[0]["evaluations"][0][key] == pytest.approx(value, abs=1e-6), key

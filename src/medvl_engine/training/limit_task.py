@@ -646,6 +646,7 @@ class LimitTask:
                 report_organs=protocol["report_organs"],
             )
             metrics["val_balanced_accuracy"] = result["overall"]["balanced_accuracy"]
+        self.last_metrics = metrics
         return metrics
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
