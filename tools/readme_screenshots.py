@@ -34,7 +34,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 SHOTS = ("heatmap", "topk", "classify")
 WINDOW_SIZE = (1600, 1000)  # (width, height) of the napari window, px
 DEFAULT_WIDTH = 1000  # width of the saved PNGs, px
-PALETTE_COLOURS = 192
+PALETTE_COLOURS = 128
 TOPK_K = 5  # fewer boxes than the model's default 15, so their rank labels stay readable
 
 
