@@ -121,6 +121,8 @@ def test_k_box_maximum_follows_the_model_and_the_engine_refuses_more(
     viewer = make_napari_viewer()
     _open_views(viewer, mammo_case)
     widget = TopKWidget(viewer)
+    widget.model.value = "no-such-topk-model"  # candidates unknown: K is capped loosely
+    assert widget.k.max == 256
     widget.k.value = 200
     widget.model.value = str(tiny_topk)  # an 8 x 8 grid: 64 candidates
     assert widget.k.max == 64 and widget.k.value == 64
