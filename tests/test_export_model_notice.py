@@ -190,7 +190,7 @@ def _topk_result():
 
 
 def test_topk_files_name_the_demo_model_and_its_notice(tmp_path):
-    from medvl_engine.models import write_topk_outputs
+    from medvl_engine.export import write_topk_outputs
 
     breast = np.full((128, 128), 0.5, dtype=np.float32)
     targets = [tmp_path / "t.geojson", tmp_path / "t.csv", tmp_path / "t.png"]

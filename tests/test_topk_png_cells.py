@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from medvl_engine.models import write_topk_outputs
+from medvl_engine.export import write_topk_outputs
 from medvl_engine.models.topksiglip import TopKResult
 
 

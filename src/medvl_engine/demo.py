@@ -261,7 +261,7 @@ def _write_slide(scene: DemoScene) -> list[Path]:
 def _write_mammograms(scene: DemoScene) -> list[Path]:
     out = Path(scene.out)
     if scene.topk is not None:
-        from medvl_engine.models import write_topk_outputs
+        from medvl_engine.export import write_topk_outputs
 
         sources = {"CC": Path(scene.cc_path), "MLO": Path(scene.mlo_path)}
         targets = [out / "topk.png", out / "topk.geojson", out / "topk.csv"]

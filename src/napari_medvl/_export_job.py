@@ -68,7 +68,7 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
             box_scores=scores,
             model=metadata.get("model"),
         )
-    from medvl_engine.models import write_topk_outputs
+    from medvl_engine.export import write_topk_outputs
 
     sources = {view: Path(file) for view, file in metadata.get("sources", {}).items() if file}
     breast = metadata["breast"]

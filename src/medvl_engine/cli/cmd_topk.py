@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--k must be at least 1, got {args.k}.")
 
     from medvl_engine._atomic import atomic_group
+    from medvl_engine.export import write_topk_outputs
     from medvl_engine.io.mammo import breast_image, check_pair, open_mammogram
-    from medvl_engine.models import write_topk_outputs
     from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
 
     cc = open_mammogram(args.cc, voi_index=args.voi_index)

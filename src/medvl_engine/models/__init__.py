@@ -10,7 +10,7 @@ private module on first use, so importing this package loads no torch.
 
 from medvl_engine._lazy import lazy_exports
 
-__all__ = ["LORA_TARGETS", "add_lora", "merged_copy", "write_topk_outputs"]
+__all__ = ["LORA_TARGETS", "add_lora", "merged_copy"]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -18,6 +18,5 @@ __getattr__, __dir__ = lazy_exports(
         "LORA_TARGETS": "_lora",
         "add_lora": "_lora",
         "merged_copy": "_lora",
-        "write_topk_outputs": "_topk_export",
     },
 )

@@ -1,8 +1,8 @@
-"""Exports of heatmaps and boxes: QuPath GeoJSON, PNG/JPEG composites, pyramidal TIFF, .npz, CSV.
+"""A heatmap written to the file its suffix names, and a heatmap .npz read back.
 
-All coordinates are level-0 px with the origin at the slide's top-left (QuPath's convention).
-Every file is written to a temporary file in the same folder and renamed, so a failure never
-leaves a partial file. :func:`export_heatmap` picks the format from the file suffix.
+:func:`export_heatmap` picks the format from the file suffix and hands the heatmap to the
+writer of that format (:mod:`.geojson`, :mod:`.image`, :mod:`.tiff`, :mod:`.tables`).
+Coordinates are level-0 px with the origin at the slide's top-left (QuPath's convention).
 """
 
 from __future__ import annotations
@@ -13,46 +13,21 @@ from typing import Any
 
 import numpy as np
 
-from medvl_engine._export_geojson import (
+from medvl_engine._model_label import model_metadata
+from medvl_engine.errors import CorruptFileError, ExportError
+from medvl_engine.export.geojson import (
     boxes_geojson,
     heatmap_contours_geojson,
     heatmap_tiles_geojson,
     write_geojson,
 )
-from medvl_engine._export_image import composite_image, write_image
-from medvl_engine._export_tables import write_boxes_csv, write_npz, write_patches_csv
-from medvl_engine._export_tiff import (
-    TIFF_VALUES,
-    heatmap_on_slide,
-    heatmap_tiff_downsample,
-    read_heatmap_tiff_description,
-    write_heatmap_tiff,
-)
-from medvl_engine._model_label import model_metadata
-from medvl_engine.errors import CorruptFileError, ExportError
+from medvl_engine.export.image import composite_image, write_image
+from medvl_engine.export.tables import write_boxes_csv, write_npz, write_patches_csv
+from medvl_engine.export.tiff import write_heatmap_tiff
 from medvl_engine.features import FeatureStore
 from medvl_engine.heatmap import Heatmap
 
-__all__ = [
-    "EXPORT_SUFFIXES",
-    "PatchLayout",
-    "TIFF_VALUES",
-    "boxes_geojson",
-    "composite_image",
-    "export_heatmap",
-    "heatmap_contours_geojson",
-    "heatmap_on_slide",
-    "heatmap_tiles_geojson",
-    "heatmap_tiff_downsample",
-    "load_heatmap_npz",
-    "read_heatmap_tiff_description",
-    "write_boxes_csv",
-    "write_geojson",
-    "write_heatmap_tiff",
-    "write_image",
-    "write_npz",
-    "write_patches_csv",
-]
+__all__ = ["EXPORT_SUFFIXES", "PatchLayout", "export_heatmap", "load_heatmap_npz"]
 
 EXPORT_SUFFIXES = (".geojson", ".json", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".npz", ".csv")
 

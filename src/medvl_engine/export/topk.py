@@ -15,14 +15,17 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
 from medvl_engine._atomic import atomic_write_stream
 from medvl_engine._model_label import model_footer, model_metadata
 from medvl_engine.errors import ExportError
-from medvl_engine.models.topksiglip import TopKResult
+from medvl_engine.export.image import with_footer
+
+if TYPE_CHECKING:
+    from medvl_engine.models.topksiglip import TopKResult
 
 __all__ = ["render_topk_png", "topk_geojson", "write_topk_outputs"]
 
@@ -90,8 +93,6 @@ def render_topk_png(
     """PNG bytes: the breast image in gray, the importance map in red, boxes with their ranks
     (yellow on a black outline), and a footer naming ``model`` with its demo notice."""
     from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
-
-    from medvl_engine._export_image import with_footer
 
     image = np.clip(np.asarray(breast, dtype=np.float32), 0.0, 1.0)
     size = image.shape[0]
