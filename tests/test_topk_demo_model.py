@@ -54,6 +54,13 @@ def test_demo_name_resolves_to_the_shipped_folder_from_any_directory(tmp_path, m
     assert not (tmp_path / "empty-cache").exists()  # nothing trained, nothing cached
 
 
+def test_folder_with_the_former_loss_keys_loads_and_ignores_them():
+    config = json.loads((SHIPPED / "config.json").read_text(encoding="utf-8"))
+    assert {"objective", "target", "roi_supervision", "dice_weight"} <= config.keys()
+    model = load_topksiglip(SHIPPED)
+    assert not any(hasattr(model.config, key) for key in ("objective", "dice_weight"))
+
+
 def test_shipped_folder_is_small_and_stores_only_the_trained_parts():
     files = {path.name for path in SHIPPED.iterdir()}
     assert {"config.json", "model.safetensors", "MODEL_CARD.md"} <= files

@@ -17,26 +17,65 @@ from medvl_engine.evaluation.mammography import (
     localisation_metrics,
     zero_shot_metrics,
 )
-from medvl_engine.losses import clip_contrastive_loss
 from medvl_engine.models.topk import PatchGeometry
-from medvl_engine.models.topksiglip import load_topksiglip
+from medvl_engine.models.topksiglip import build_topksiglip, load_topksiglip
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training.topksiglip_task import (
+    TopKSigLIPTask,
     TopKSigLIPTaskConfig,
     build_task,
     shuffle_sentences,
-    soft_target_contrastive_loss,
 )
 
 torch.set_num_threads(1)
 
 
-def test_soft_contrastive_with_identity_is_clip():
-    gen = torch.Generator().manual_seed(0)
-    a, b = torch.randn(5, 8, generator=gen), torch.randn(5, 8, generator=gen)
-    torch.testing.assert_close(
-        soft_target_contrastive_loss(a, b, torch.eye(5), 10.0), clip_contrastive_loss(a, b, 10.0)
+# Loss terms of one training step of a seeded tiny model, for each objective / target pair,
+# recorded when these settings were fields of the model config: the task config gives the same
+# losses.
+RECORDED_LOSSES = {
+    ("sigmoid", "tabular", 5.0): ("sup_sigmoid", 5.7871413, 10.3776197),
+    ("sigmoid", "identity", 2.0): ("sup_sigmoid", 2.5269566, 4.3631477),
+    ("contrastive", "tabular", 5.0): ("contrastive", 2.6394496, 7.229928),
+    ("contrastive", "identity", 0.5): ("contrastive", 1.4148846, 1.8739324),
+}
+
+
+@pytest.mark.parametrize(("objective", "target", "dice_weight"), list(RECORDED_LOSSES))
+def test_loss_settings_give_the_recorded_loss_values(tmp_path, objective, target, dice_weight):
+    config = TopKSigLIPTaskConfig(
+        **tiny_values(logit_bias_init=-1.0),
+        objective=objective,
+        target=target,
+        dice_weight=dice_weight,
     )
+    task = TopKSigLIPTask(
+        config, RunConfig(out_dir=str(tmp_path / "run"), progress=False), read_train_val=False
+    )
+    torch.manual_seed(0)
+    model = build_topksiglip(config.model_config(), work_dir=tmp_path / "tok").train()
+    gen = torch.Generator().manual_seed(1)
+    reports = ["mass in the upper quadrant", "no finding", "calcifications", "dense breast"]
+    roi = torch.zeros(4, 8, 8)
+    roi[0, 2:4, 3:5] = 1
+    roi[2, 5:7, 1:3] = 1
+    nan = float("nan")
+    batch = {
+        "images": torch.rand(4, 1, 256, 256, generator=gen),
+        **model.tokenize(reports),
+        "attributes": torch.tensor(
+            [[1, 0, 1, 0, 1], [0, 1, 0, 1, 0], [1, 0, 0, 1, 1], [1, 0, 1, 0, nan]]
+        ),
+        "has_roi": torch.tensor([True, False, True, False]),
+        "roi_mask": roi,
+    }
+    torch.manual_seed(2)  # the Gumbel noise of the TopK selection
+    losses = task.compute_losses(model, batch)
+    key, align, total = RECORDED_LOSSES[(objective, target, dice_weight)]
+    assert losses[key].item() == pytest.approx(align, rel=1e-5)
+    assert losses["dice"].item() == pytest.approx(0.9180957, rel=1e-5)
+    assert losses["loss"].item() == pytest.approx(total, rel=1e-5)
+    assert not hasattr(model.config, "objective")  # a training setting, not the model's
 
 
 def test_shuffle_sentences_keeps_every_sentence():

@@ -3,8 +3,9 @@
 LIMIT (pathology): :func:`weighted_infonce` (Eq. 3-4) and :func:`siglit_loss`
 (Eq. 6, the SigLIT ablation). TopKSigLIP (mammography): :func:`sup_sigmoid_loss`
 (Eq. 5) with its soft target :func:`tabular_similarity`, :func:`soft_dice_loss`
-for ROI supervision, and :func:`clip_contrastive_loss` for the contrastive
-ablation. Every function returns a scalar tensor (mean over the batch).
+for ROI supervision, and :func:`clip_contrastive_loss` / :func:`soft_target_contrastive_loss`
+for the contrastive ablations (Table 5). Every function returns a scalar tensor (mean over the
+batch).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "tabular_similarity",
     "soft_dice_loss",
     "clip_contrastive_loss",
+    "soft_target_contrastive_loss",
     "negative_weights",
 ]
 
@@ -173,3 +175,30 @@ def clip_contrastive_loss(
     logits = logit_scale * (z_v @ z_t.T)
     labels = torch.arange(logits.shape[0], device=logits.device)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2.0
+
+
+def soft_target_contrastive_loss(
+    image_embeddings: torch.Tensor,
+    text_embeddings: torch.Tensor,
+    target: torch.Tensor,
+    logit_scale: torch.Tensor | float,
+) -> torch.Tensor:
+    """Contrastive loss with soft targets (the supervised-contrastive ablation of TopKSigLIP
+    Table 5).
+
+    ``logits = gamma z_v z_t^T`` ``[B, B]``; the image -> text target of row i is
+    ``q_ij = S_ij / sum_k S_ik`` and the text -> image target of column j is
+    ``q'_ji = S_ij / sum_k S_kj``;
+    ``loss = 1/2 [ -1/B sum_i sum_j q_ij log softmax_j(logits_i.)
+    - 1/B sum_j sum_i q'_ji log softmax_i(logits_.j) ]``.
+
+    image_embeddings, text_embeddings: ``[B, C]`` (L2-normalised here); target ``[B, B]`` in
+    ``[0, 1]`` with a positive diagonal (e.g. :func:`tabular_similarity`). With ``S = I`` it
+    equals :func:`clip_contrastive_loss`.
+    """
+    z_v = F.normalize(image_embeddings.float(), dim=-1)
+    z_t = F.normalize(text_embeddings.float(), dim=-1)
+    logits = logit_scale * (z_v @ z_t.T)
+    rows = target / target.sum(dim=1, keepdim=True).clamp_min(1e-12)
+    cols = target.T / target.T.sum(dim=1, keepdim=True).clamp_min(1e-12)
+    return (F.cross_entropy(logits, rows) + F.cross_entropy(logits.T, cols)) / 2.0

@@ -81,7 +81,8 @@ MODEL_REGISTRY: dict[str, str] = {DEMO_MODEL: str(_shipped_demo_folder())}
 
 @dataclass
 class TopKSigLIPConfig:
-    """Architecture and ablation switches of TopKSigLIP (the paper's values by default)."""
+    """Architecture and vision-tower ablation switches of TopKSigLIP (the paper's values by
+    default)."""
 
     # Vision tower.
     vision_pretrained: str | None = "facebook/convnext-tiny-224"
@@ -108,14 +109,12 @@ class TopKSigLIPConfig:
     text_config: dict[str, Any] = field(default_factory=dict)  # fresh text-config fields
     context_length: int = 170
     freeze_text: bool = False  # train only the text projection (the encoder stays as loaded)
-    # Joint space and objective.
+    # Joint space. The training objective is a task setting
+    # (medvl_engine.training.topksiglip_task.TopKSigLIPTaskConfig); folders saved before it
+    # moved there still carry its keys in config.json, which from_dict ignores.
     embed_dim: int = 512
     logit_scale_init: float = 10.0
     logit_bias_init: float | None = None  # None: no bias
-    objective: Literal["sigmoid", "contrastive"] = "sigmoid"
-    target: Literal["tabular", "identity"] = "tabular"
-    roi_supervision: bool = True
-    dice_weight: float = 5.0
 
     def geometry(self) -> PatchGeometry:
         return PatchGeometry.from_image(self.image_size, self.grid, self.overlap)
@@ -125,6 +124,8 @@ class TopKSigLIPConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TopKSigLIPConfig:
+        """The config of a config.json; keys that are not fields (e.g. the training objective
+        of older folders) are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in values.items() if key in names})
 

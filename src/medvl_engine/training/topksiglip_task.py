@@ -25,10 +25,9 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from medvl_engine.data.mammo_augment import MammoAugmentConfig
@@ -44,6 +43,7 @@ from medvl_engine.errors import ConfigError
 from medvl_engine.losses import (
     clip_contrastive_loss,
     soft_dice_loss,
+    soft_target_contrastive_loss,
     sup_sigmoid_loss,
     tabular_similarity,
 )
@@ -66,7 +66,6 @@ __all__ = [
     "build_task",
     "report",
     "shuffle_sentences",
-    "soft_target_contrastive_loss",
     "stratified_subset",
     "alignment_loss",
     "synthetic_records",
@@ -75,8 +74,13 @@ __all__ = [
 
 @dataclass
 class TopKSigLIPTaskConfig(TopKSigLIPConfig):
-    """Model fields (see :class:`TopKSigLIPConfig`) plus data and evaluation settings."""
+    """Model fields (see :class:`TopKSigLIPConfig`) plus loss, data and evaluation settings."""
 
+    # Loss (Eq. 7) and its Table 5 ablations: L = L_align + dice_weight * L_dice.
+    objective: Literal["sigmoid", "contrastive"] = "sigmoid"  # Sup-sigmoid or softmax
+    target: Literal["tabular", "identity"] = "tabular"  # soft target S, or I
+    roi_supervision: bool = True  # Soft Dice on the breasts that have ROI boxes
+    dice_weight: float = 5.0
     manifest: str | None = None  # breast-level CSV/JSONL; None with synthetic_train > 0
     train_split: str = "train"
     eval_split: str = "val"  # read by every evaluation during training; selects best/
@@ -123,32 +127,12 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
         parameter without a gradient, which DistributedDataParallel refuses)."""
         names = [f.name for f in dataclasses.fields(TopKSigLIPConfig)]
         config = TopKSigLIPConfig(**{name: getattr(self, name) for name in names})
-        if config.objective != "sigmoid":
+        if self.objective != "sigmoid":
             config = dataclasses.replace(config, logit_bias_init=None)
         return config
 
 
 CONFIG_CLASS = TopKSigLIPTaskConfig
-
-
-def soft_target_contrastive_loss(
-    image_embeddings: torch.Tensor,
-    text_embeddings: torch.Tensor,
-    target: torch.Tensor,
-    logit_scale: torch.Tensor | float,
-) -> torch.Tensor:
-    """Contrastive loss with soft targets (the supervised-contrastive ablation of Table 5).
-
-    ``logits = gamma z_v z_t^T`` ``[B, B]``; each row's target distribution is the row of ``S``
-    normalised to sum 1 (columns likewise for text -> image); the loss is the mean of the two
-    cross entropies. With ``S = I`` it equals :func:`clip_contrastive_loss`.
-    """
-    z_v = F.normalize(image_embeddings.float(), dim=-1)
-    z_t = F.normalize(text_embeddings.float(), dim=-1)
-    logits = logit_scale * (z_v @ z_t.T)
-    rows = target / target.sum(dim=1, keepdim=True).clamp_min(1e-12)
-    cols = target.T / target.T.sum(dim=1, keepdim=True).clamp_min(1e-12)
-    return (F.cross_entropy(logits, rows) + F.cross_entropy(logits.T, cols)) / 2.0
 
 
 def alignment_loss(
