@@ -213,7 +213,7 @@ def test_a_progress_callback_that_raises_stops_and_leaves_a_resumable_store(
 
 
 def test_reads_spanning_many_batches_give_every_patch_its_own_pixels(slide, encoder, tmp_path):
-    from medvl_engine.features import _read_blocks
+    from medvl_engine.features.extract import _read_blocks
 
     grid = RegularGrid(slide.dimensions, patch_size=32, stride=16)
     n = len(grid.coords)

@@ -135,7 +135,7 @@ class PartialFeatures:
     def encode(self, slide: Any, encoder: Any, indices: np.ndarray) -> None:
         """Encode the patches ``indices`` [B] directly (same pixels and preprocessing as the
         engine's extraction: ``read_patches`` at the grid's level, resized to its patch size)."""
-        from medvl_engine.features import _resize, read_patches
+        from medvl_engine.features.extract import _resize, read_patches
 
         indices = np.asarray(indices, dtype=np.int64)
         if indices.size == 0:

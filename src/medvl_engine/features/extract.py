@@ -1,13 +1,8 @@
-"""Patch feature stores: batched, resumable extraction from a slide, and TRIDENT/CLAM imports.
+"""Batched, resumable extraction of patch features from a slide into a zarr feature store.
 
-Store layout (a zarr group): ``features`` [N, D] float32, ``coords`` [N, 2] int64 (x, y)
-level-0 px of each patch's top-left corner; attributes ``patch_size_level0``, ``patch_size``,
-``target_mpp``, ``encoder``, ``slide`` (the slide's file name, never its folder),
-``slide_fingerprint`` (its content fingerprint, see :mod:`medvl_engine._fingerprint`),
-``slide_mpp`` ((x, y) um per level-0 px or None), ``slide_dimensions`` ((width, height) level-0
-px), ``n_total`` and ``n_done`` (rows written, in order; a store with n_done < n_total is
-resumed by running the extraction again). A store imported from a TRIDENT/CLAM file also has
-``imported_from`` (that file's name) and ``source_fingerprint`` (its content fingerprint).
+Patches of a grid are read in background threads, encoded in batches and written one chunk per
+batch; ``n_done`` counts the rows written, so a stopped run resumes where it ended. See
+:mod:`medvl_engine.features.store` for the store layout.
 """
 
 from __future__ import annotations
@@ -18,35 +13,27 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from medvl_engine._feature_io import (
+from medvl_engine.errors import CancelledError
+from medvl_engine.features.identity import slide_identity
+from medvl_engine.features.store import (
     STORE_FORMAT,
+    FeatureStore,
     StoreMismatch,
     create_store,
     open_store_group,
-    read_h5_features,
-    read_store,
 )
-from medvl_engine._fingerprint import short_fingerprint, slide_fingerprint
-from medvl_engine.errors import CancelledError, DataError
 
 __all__ = [
-    "FeatureStore",
     "PatchGridLike",
-    "check_store_matches_slide",
     "extract_features",
-    "import_h5_features",
-    "open_features_for_slide",
     "read_patches",
     "slide_features",
-    "slide_identity",
-    "store_file_name",
     "store_path_for",
 ]
 
@@ -64,77 +51,6 @@ class PatchGridLike(Protocol):
     patch_size_level0: int
     level: int
     target_mpp: float | None
-
-
-@dataclass
-class FeatureStore:
-    """Patch features of one slide held in memory for fast re-prompting.
-
-    ``features`` is float32 [N, D], C-contiguous, rows L2-normalised (so a prompt's cosine map
-    is one mat-vec); ``coords`` int64 [N, 2] (x, y) level-0 px top-left; ``mpp`` the slide's
-    level-0 (x, y) um/px or None; ``slide`` the slide's file name and ``slide_fingerprint`` its
-    content fingerprint (None for stores that did not record one); ``imported_from`` the name
-    of the TRIDENT/CLAM file the features came from, if any.
-    """
-
-    features: np.ndarray
-    coords: np.ndarray
-    patch_size_level0: int
-    patch_size: int
-    target_mpp: float | None = None
-    encoder: str = ""
-    slide: str = ""
-    mpp: tuple[float, float] | None = None
-    slide_dimensions: tuple[int, int] | None = None
-    path: Path | None = None
-    stride: int | None = None
-    slide_fingerprint: str | None = None
-    imported_from: str | None = None
-
-    def __post_init__(self) -> None:
-        features = np.ascontiguousarray(self.features, dtype=np.float32)
-        norms = np.linalg.norm(features, axis=1, keepdims=True)
-        if not np.allclose(norms, 1.0, atol=1e-3):
-            features = features / np.maximum(norms, 1e-12)
-        self.features = features
-        self.coords = np.ascontiguousarray(self.coords, dtype=np.int64).reshape(-1, 2)
-        if len(self.coords) != len(self.features):
-            raise DataError(
-                f"Feature store {self.path or self.slide}: {len(self.features)} feature rows but "
-                f"{len(self.coords)} coordinates; re-extract the features."
-            )
-        self._torch = torch.from_numpy(self.features)
-
-    @classmethod
-    def open(cls, path: str | Path) -> FeatureStore:
-        """Load a complete zarr feature store (features read once into float32 memory)."""
-        data = read_store(Path(path))
-        return cls(**data, path=Path(path))
-
-    @property
-    def n_patches(self) -> int:
-        return int(self.features.shape[0])
-
-    @property
-    def embed_dim(self) -> int:
-        return int(self.features.shape[1])
-
-    @property
-    def torch_features(self) -> torch.Tensor:
-        """The features as a torch tensor sharing memory with ``features`` [N, D]."""
-        return self._torch
-
-    @property
-    def stride_level0(self) -> int:
-        """Grid step in level-0 px: as recorded, else from the coordinates (patch size if N < 2)."""
-        if self.stride:
-            return int(self.stride)
-        steps = []
-        for axis in (0, 1):
-            values = np.unique(self.coords[:, axis])
-            if len(values) > 1:
-                steps.append(int(np.gcd.reduce(np.diff(values))))
-        return min(steps) if steps else int(self.patch_size_level0)
 
 
 def extract_features(
@@ -269,161 +185,6 @@ def extract_features(
             wait(writes)  # batches already encoded still reach the store, so a rerun resumes
             torch.set_num_threads(threads_before)
     return FeatureStore.open(out_path)
-
-
-def import_h5_features(
-    h5_path: str | Path,
-    out_path: str | Path | None = None,
-    *,
-    slide_mpp: tuple[float, float] | None = None,
-    encoder: str = "",
-    patch_size_level0: int | None = None,
-) -> FeatureStore:
-    """Load a TRIDENT/CLAM ``.h5`` (features [N, D], coords [N, 2], patch_size_level0) as a store.
-
-    Nothing is re-encoded. With ``out_path`` the features are also written as a zarr store
-    that records the file it came from (``imported_from``, ``source_fingerprint``); it records
-    no slide fingerprint, since the file does not say which slide file it was made from.
-    ``patch_size_level0`` is used when the file's attributes do not give the patch size.
-    """
-    from medvl_engine._fingerprint import file_fingerprint
-
-    h5_path = Path(h5_path)
-    data = read_h5_features(h5_path, patch_size_level0=patch_size_level0)
-    data["mpp"] = slide_mpp if slide_mpp is not None else data.get("mpp")
-    data["encoder"] = encoder or data.get("encoder", "")
-    store = FeatureStore(**data, imported_from=h5_path.name)
-    if out_path is not None:
-        write_imported_store(Path(out_path), store, source_fingerprint=file_fingerprint(h5_path))
-    return store
-
-
-def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerprint: str) -> None:
-    """Write ``store`` (features from a TRIDENT/CLAM file) as a complete zarr store at out_path."""
-    attrs = {
-        "format": STORE_FORMAT,
-        "patch_size_level0": store.patch_size_level0,
-        "patch_size": store.patch_size,
-        "level": 0,
-        "target_mpp": store.target_mpp,
-        "encoder": store.encoder,
-        "slide": store.slide,
-        "slide_fingerprint": store.slide_fingerprint,
-        "slide_mpp": None if store.mpp is None else list(store.mpp),
-        "slide_dimensions": None
-        if store.slide_dimensions is None
-        else list(store.slide_dimensions),
-        "embed_dim": store.embed_dim,
-        "n_total": store.n_patches,
-        "imported_from": store.imported_from,
-        "source_fingerprint": source_fingerprint,
-    }
-    group = create_store(out_path, store.coords, attrs, chunk_rows=4096)
-    group["features"][:] = store.features
-    group.attrs["n_done"] = store.n_patches  # last: a killed import reads as incomplete
-    store.path = out_path
-
-
-_FINGERPRINTS: dict[tuple, str] = {}
-
-
-def slide_identity(slide: Any) -> tuple[str, str | None]:
-    """(file name, content fingerprint) of an open slide; ("", None) for one without a file.
-
-    Fingerprints are remembered per (path, size, modification time, inode), so asking again
-    for an unchanged file costs one stat.
-    """
-    raw = getattr(slide, "path", None)
-    if raw is None or str(raw) == "":
-        return "", None
-    path = Path(raw)
-    try:
-        info = path.stat()
-    except OSError:
-        return path.name, None
-    key = (str(path), info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev)
-    if key not in _FINGERPRINTS:
-        try:
-            _FINGERPRINTS[key] = slide_fingerprint(path)
-        except OSError as error:
-            raise DataError(
-                f"{path.name} could not be read to check which slide it is "
-                f"({error.strerror or 'read error'}); check the file is readable.",
-                path,
-            ) from error
-    return path.name, _FINGERPRINTS[key]
-
-
-def store_file_name(slide: Any) -> str:
-    """``<slide stem>-<12 hex digits of its fingerprint>.zarr``: same-named slides never share."""
-    name, fingerprint = slide_identity(slide)
-    stem = Path(name).stem or "slide"
-    return f"{stem}-{short_fingerprint(fingerprint)}.zarr" if fingerprint else f"{stem}.zarr"
-
-
-def check_store_matches_slide(store: FeatureStore, slide: Any) -> None:
-    """Raise DataError unless ``store`` was made from ``slide`` (same content fingerprint).
-
-    A store imported from a TRIDENT/CLAM file without a slide fingerprint is accepted when its
-    patches lie on the slide; a store that records no fingerprint at all (written by an older
-    medvl) is refused, since nothing says which slide it belongs to.
-    """
-    slide_name, fingerprint = slide_identity(slide)
-    label = store.path.name if store.path is not None else "The feature store"
-    if store.slide_fingerprint is None and not store.imported_from:
-        raise DataError(
-            f"{label} does not record which slide it was made from (an older medvl wrote it); "
-            f"extract the features of {slide_name or 'the slide'} again with `medvl features`.",
-            store.path,
-        )
-    if store.slide_fingerprint is not None and store.slide_fingerprint != fingerprint:
-        made_from = store.slide or "an unnamed slide"
-        same_name = " (another file with the same name)" if made_from == slide_name else ""
-        raise DataError(
-            f"{label} was made from {made_from}{same_name}, not from {slide_name}: their "
-            f"contents differ; pass the store extracted from {slide_name}, or leave out "
-            "--features to extract it.",
-            store.path,
-        )
-    _check_patches_on_slide(store, slide, label, slide_name)
-
-
-def _check_patches_on_slide(store: FeatureStore, slide: Any, label: str, slide_name: str) -> None:
-    """Refuse a store whose patches lie outside the slide (features of a larger slide)."""
-    if store.n_patches == 0:
-        return
-    width, height = (int(v) for v in slide.dimensions)
-    right = int(store.coords[:, 0].max())
-    bottom = int(store.coords[:, 1].max())
-    if store.coords.min() < 0 or right >= width or bottom >= height:
-        raise DataError(
-            f"{label} has patches up to ({right}, {bottom}) level-0 px, outside {slide_name} "
-            f"({width} x {height} px), so it belongs to another slide; pass the features "
-            f"made from {slide_name}.",
-            store.path,
-        )
-
-
-def open_features_for_slide(
-    path: str | Path,
-    slide: Any,
-    *,
-    coords_path: str | Path | None = None,
-    patch_size_level0: int | None = None,
-) -> FeatureStore:
-    """The features at ``path`` for ``slide``, checked to belong to it.
-
-    ``path`` is a medvl store (a ``.zarr`` folder), a TRIDENT/CLAM ``.h5`` file or a CLAM
-    ``.pt`` file (coordinates from ``coords_path``, else ``<stem>.h5`` beside it or in a
-    sibling ``h5_files`` folder). A ``.h5``/``.pt`` file is imported once into the cache next
-    to the slide's other stores, keyed by the slide's and the file's fingerprints, and read
-    from there afterwards. See :mod:`medvl_engine._feature_sources`.
-    """
-    from medvl_engine._feature_sources import open_feature_source
-
-    return open_feature_source(
-        Path(path), slide, coords_path=coords_path, patch_size_level0=patch_size_level0
-    )
 
 
 def store_path_for(slide: Any, encoder: Any, grid: PatchGridLike) -> Path:

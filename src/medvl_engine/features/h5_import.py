@@ -1,201 +1,49 @@
-"""Reading and writing feature stores (zarr) and TRIDENT/CLAM feature files (HDF5)."""
+"""TRIDENT/CLAM patch features: readers of their .h5 and .pt files, and import as a store.
+
+TRIDENT and CLAM write ``features`` [N, D] and ``coords`` [N, 2] (x, y) level-0 px top-left in
+an HDF5 file (CLAM also a ``.pt`` tensor [N, D] beside an ``.h5`` of coordinates). The readers
+return :class:`~medvl_engine.features.store.FeatureStore` keyword arguments.
+"""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from medvl_engine.errors import CorruptFileError, DataError, UnsupportedFormatError
+from medvl_engine.features._sniff import HDF5_MAGIC, starts_with
+from medvl_engine.features.store import FeatureStore, write_imported_store
 
-__all__ = [
-    "STORE_FORMAT",
-    "StoreMismatch",
-    "create_store",
-    "open_store_group",
-    "read_clam_pt",
-    "read_h5_coords",
-    "read_h5_features",
-    "read_store",
-]
-
-STORE_FORMAT = "medvl-features/1"
-# Attributes that must agree for an existing store to be resumed rather than refused.
-_IDENTITY_KEYS = (
-    "patch_size_level0",
-    "patch_size",
-    "level",
-    "read_size",
-    "encoder",
-    "embed_dim",
-    "n_total",
-    "slide_fingerprint",
-)
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+__all__ = ["import_h5_features", "read_clam_pt", "read_h5_coords", "read_h5_features"]
 
 
-class StoreMismatch(DataError):
-    """An existing store holds other features (another slide, encoder or grid, or no record)."""
+def import_h5_features(
+    h5_path: str | Path,
+    out_path: str | Path | None = None,
+    *,
+    slide_mpp: tuple[float, float] | None = None,
+    encoder: str = "",
+    patch_size_level0: int | None = None,
+) -> FeatureStore:
+    """Load a TRIDENT/CLAM ``.h5`` (features [N, D], coords [N, 2], patch_size_level0) as a store.
 
-
-def create_store(path: Path, coords: np.ndarray, attrs: dict[str, Any], chunk_rows: int):
-    """A fresh zarr group with ``coords`` written and ``features`` [N, D] allocated (n_done = 0)."""
-    import zarr
-
-    if path.exists():
-        if not (path.is_dir() and (not any(path.iterdir()) or _is_store(path))):
-            raise DataError(
-                f"{path} already exists and is not a medvl feature store; choose a new output "
-                "path (nothing there was changed).",
-                path,
-            )
-        shutil.rmtree(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # attributes first (one metadata write), so a half-made store is recognised
-    group = zarr.open_group(str(path), mode="w", attributes={**attrs, "n_done": 0})
-    total, dim = len(coords), int(attrs["embed_dim"])
-    group.create_array(
-        "features",
-        shape=(total, dim),
-        dtype="float32",
-        chunks=(max(1, min(chunk_rows, max(total, 1))), dim),
-        fill_value=0.0,
-    )
-    group.create_array("coords", data=np.asarray(coords, dtype=np.int64).reshape(-1, 2))
-    return group
-
-
-def _is_store(path: Path) -> bool:
-    import zarr
-
-    try:
-        return zarr.open_group(str(path), mode="r").attrs.get("format") == STORE_FORMAT
-    except Exception:  # zarr raises many types for something that is not a group
-        return False
-
-
-def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]):
-    """The existing group at ``path`` if it is this extraction (to resume), else None.
-
-    Raises DataError when ``path`` holds a store made from a different grid or encoder, so that
-    one is never overwritten by accident.
+    Nothing is re-encoded. With ``out_path`` the features are also written as a zarr store
+    that records the file it came from (``imported_from``, ``source_fingerprint``); it records
+    no slide fingerprint, since the file does not say which slide file it was made from.
+    ``patch_size_level0`` is used when the file's attributes do not give the patch size.
     """
-    import zarr
+    from medvl_engine._fingerprint import file_fingerprint
 
-    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
-        return None
-    if not _is_store(path):
-        raise DataError(
-            f"{path} already exists and is not a medvl feature store; choose a new output path "
-            "(nothing there was changed).",
-            path,
-        )
-    group = zarr.open_group(str(path), mode="r+")
-    if "features" not in group or "coords" not in group:
-        return None  # killed while being created: start again
-    stored = {key: group.attrs.get(key) for key in _IDENTITY_KEYS}
-    wanted = {key: attrs.get(key) for key in _IDENTITY_KEYS}
-    if stored["slide_fingerprint"] is None and wanted["slide_fingerprint"] is not None:
-        raise StoreMismatch(
-            f"{path} was written by an older medvl that did not record which slide it belongs "
-            "to; delete it (or choose another output path) and extract again.",
-            path,
-        )
-    if stored["slide_fingerprint"] != wanted["slide_fingerprint"]:
-        raise StoreMismatch(
-            f"{path} already holds features of another slide "
-            f"({group.attrs.get('slide') or 'unnamed'}, whose contents differ from "
-            f"{attrs.get('slide') or 'this slide'}); choose another output path or delete it "
-            "first.",
-            path,
-        )
-    same_coords = "coords" in group and np.array_equal(group["coords"][:], coords)
-    if stored != wanted or not same_coords:
-        raise StoreMismatch(
-            f"{path} already holds features from another encoder or patch grid "
-            f"({stored['encoder']}, {stored['n_total']} patches); choose another output path "
-            "or delete it first.",
-            path,
-        )
-    return group
-
-
-def read_store(path: Path) -> dict[str, Any]:
-    """Features, coords and metadata of a complete store, as FeatureStore keyword arguments."""
-    import zarr
-
-    if not path.exists():
-        raise DataError(f"Feature store {path} does not exist; run `medvl features` first.", path)
-    if path.is_file() and _starts_with(path, _HDF5_MAGIC):
-        raise UnsupportedFormatError(
-            f"{path.name} is an HDF5 feature file (TRIDENT/CLAM), not a medvl store; pass it to "
-            "--features together with its slide, or import it with `medvl features --from-h5`.",
-            path,
-        )
-    try:
-        group = zarr.open_group(str(path), mode="r")
-        attrs = dict(group.attrs)
-        features_array, coords_array = group["features"], group["coords"]
-    except Exception as error:  # zarr raises many types for a bad folder
-        raise CorruptFileError(
-            f"{path} is not a readable feature store (no zarr group with features and coords); "
-            "extract the features again.",
-            path,
-        ) from error
-    if attrs.get("format") != STORE_FORMAT:
-        raise UnsupportedFormatError(
-            f"{path} is a zarr group but not a medvl feature store; give the folder written by "
-            "`medvl features` (or import a TRIDENT/CLAM .h5 file).",
-            path,
-        )
-    done, total = int(attrs.get("n_done", 0)), int(attrs.get("n_total", 0))
-    if done < total:
-        raise DataError(
-            f"Feature store {path} is incomplete ({done} of {total} patches); run the same "
-            "`medvl features` command again to finish it.",
-            path,
-        )
-    features = np.empty(features_array.shape, dtype=np.float32)
-    features[...] = features_array[...]
-    mpp = attrs.get("slide_mpp")
-    dims = attrs.get("slide_dimensions")
-    return {
-        "features": features,
-        "coords": np.asarray(coords_array[...], dtype=np.int64),
-        "patch_size_level0": int(attrs["patch_size_level0"]),
-        "patch_size": int(attrs.get("patch_size", attrs["patch_size_level0"])),
-        "target_mpp": attrs.get("target_mpp"),
-        "encoder": str(attrs.get("encoder", "")),
-        "slide": str(attrs.get("slide", "")),
-        "mpp": None if mpp is None else (float(mpp[0]), float(mpp[1])),
-        "slide_dimensions": None if dims is None else (int(dims[0]), int(dims[1])),
-        "stride": attrs.get("stride_level0"),
-        "slide_fingerprint": attrs.get("slide_fingerprint"),
-        "imported_from": attrs.get("imported_from"),
-    }
-
-
-def store_source_fingerprint(path: Path) -> str | None:
-    """``source_fingerprint`` of a complete imported store at ``path``, else None."""
-    import zarr
-
-    try:
-        attrs = zarr.open_group(str(path), mode="r").attrs
-        if attrs.get("format") != STORE_FORMAT or attrs.get("n_done") != attrs.get("n_total"):
-            return None
-        return attrs.get("source_fingerprint")
-    except Exception:  # missing or damaged: imported again
-        return None
-
-
-def _starts_with(path: Path, magic: bytes) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(len(magic)) == magic
-    except OSError:
-        return False
+    h5_path = Path(h5_path)
+    data = read_h5_features(h5_path, patch_size_level0=patch_size_level0)
+    data["mpp"] = slide_mpp if slide_mpp is not None else data.get("mpp")
+    data["encoder"] = encoder or data.get("encoder", "")
+    store = FeatureStore(**data, imported_from=h5_path.name)
+    if out_path is not None:
+        write_imported_store(Path(out_path), store, source_fingerprint=file_fingerprint(h5_path))
+    return store
 
 
 def read_h5_features(path: Path, patch_size_level0: int | None = None) -> dict[str, Any]:
@@ -277,7 +125,7 @@ def read_h5_coords(
 
     if not path.is_file():
         raise DataError(f"Feature file {path} does not exist; check the path.", path)
-    if not _starts_with(path, _HDF5_MAGIC):
+    if not starts_with(path, HDF5_MAGIC):
         raise UnsupportedFormatError(
             f"{path.name} is not an HDF5 file; give a TRIDENT or CLAM patch-feature .h5 file.",
             path,

@@ -12,35 +12,34 @@ from pathlib import Path
 from typing import Any
 
 from medvl_engine._cache import cache_dir
-from medvl_engine._feature_io import (
-    read_clam_pt,
-    read_h5_features,
-    store_source_fingerprint,
-)
 from medvl_engine._fingerprint import file_fingerprint, short_fingerprint
 from medvl_engine.errors import DataError, UnsupportedFormatError
-from medvl_engine.features import (
-    FeatureStore,
-    check_store_matches_slide,
-    slide_identity,
-    write_imported_store,
-)
+from medvl_engine.features._sniff import HDF5_MAGIC, ZIP_MAGIC
+from medvl_engine.features.h5_import import read_clam_pt, read_h5_features
+from medvl_engine.features.identity import check_store_matches_slide, slide_identity
+from medvl_engine.features.store import FeatureStore, store_source_fingerprint, write_imported_store
 
-__all__ = ["clam_coords_path", "open_feature_source"]
+__all__ = ["clam_coords_path", "open_features_for_slide"]
 
 _H5_SUFFIXES = (".h5", ".hdf5")
-_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-_ZIP_MAGIC = b"PK\x03\x04"
 
 
-def open_feature_source(
-    path: Path,
+def open_features_for_slide(
+    path: str | Path,
     slide: Any,
     *,
     coords_path: str | Path | None = None,
     patch_size_level0: int | None = None,
 ) -> FeatureStore:
-    """The features at ``path`` for ``slide``, checked (see ``open_features_for_slide``)."""
+    """The features at ``path`` for ``slide``, checked to belong to it.
+
+    ``path`` is a medvl store (a ``.zarr`` folder), a TRIDENT/CLAM ``.h5`` file or a CLAM
+    ``.pt`` file (coordinates from ``coords_path``, else ``<stem>.h5`` beside it or in a
+    sibling ``h5_files`` folder). A ``.h5``/``.pt`` file is imported once into the cache next
+    to the slide's other stores, keyed by the slide's and the file's fingerprints, and read
+    from there afterwards.
+    """
+    path = Path(path)
     kind = _kind(path)
     if kind == "store":
         store = FeatureStore.open(path)
@@ -117,9 +116,9 @@ def _kind(path: Path) -> str:
             "check its permissions.",
             path,
         ) from error
-    if head == _HDF5_MAGIC:
+    if head == HDF5_MAGIC:
         return "h5"
-    if head.startswith(_ZIP_MAGIC):
+    if head.startswith(ZIP_MAGIC):
         return "pt"
     raise UnsupportedFormatError(
         f"{path.name} is neither a medvl feature store (a .zarr folder) nor a TRIDENT/CLAM "
