@@ -137,7 +137,7 @@ def test_features_imports_trident_h5(tmp_path, capsys):
         (["heatmap", "{tmp}/none.svs", "--prompt", "t", "--out", "{tmp}/x.png"], "none.svs"),
         (
             ["heatmap", "{slide}", "--prompt", "t", "--mode", "contrast", "--out", "{tmp}/x.npz"],
-            "exactly two --prompt",
+            "Contrast mode needs exactly two prompts (A minus B), got 1.",
         ),
         (["features", "{slide}", "--out", "{tmp}", "--shard", "3/2"], "--shard '3/2'"),
         (["classify", "{slide}", "--classes", "tumor"], "at least two class prompts"),

@@ -193,13 +193,10 @@ def test_topk_boxes_sit_on_their_views_with_engine_ranks():
     assert by_name["TopK boxes MLO"][0] == []
 
 
-def test_prompts_split_on_semicolons_and_name_their_heatmap():
-    from napari_medvl._heatmap_job import parse_prompts, prompt_label
+def test_prompts_split_on_semicolons():
+    from napari_medvl._heatmap_job import parse_prompts
 
     assert parse_prompts(" tumor ; stroma;;\nfat ") == ["tumor", "stroma", "fat"]
-    assert prompt_label(("tumor", "stroma"), "contrast") == "tumor - stroma"
-    assert prompt_label(("tumor", "stroma", "fat"), "softmax") == "tumor vs stroma, fat"
-    assert prompt_label(("tumor",), "cosine") == "tumor"
 
 
 def test_importance_cells_sit_where_the_engine_bounds_map_them(tmp_path_factory):

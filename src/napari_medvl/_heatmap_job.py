@@ -35,7 +35,6 @@ __all__ = [
     "heatmap_job",
     "parse_prompts",
     "preload_encoder",
-    "prompt_label",
 ]
 
 
@@ -222,6 +221,7 @@ def heatmap_job(
 
 def _score(request: HeatmapRequest, store: Any, text: Any, known: Any = None) -> Any:
     from medvl_engine.heatmap import similarity_map
+    from medvl_engine.heatmap_prompts import prompt_label
 
     return similarity_map(
         store,
@@ -352,12 +352,3 @@ def _check_embed_dim(store: Any, encoder: Any) -> None:
             f"{encoder.embed_dim}; choose the model the features were extracted with.",
             store.path,
         )
-
-
-def prompt_label(prompts: tuple[str, ...] | list[str], mode: str) -> str:
-    """What a heatmap shows, for layer names: 'tumor', 'tumor vs stroma' or 'tumor - stroma'."""
-    if mode == "contrast" and len(prompts) >= 2:
-        return f"{prompts[0]} - {prompts[1]}"
-    if mode == "softmax" and len(prompts) >= 2:
-        return f"{prompts[0]} vs " + ", ".join(prompts[1:])
-    return prompts[0] if prompts else ""

@@ -78,7 +78,8 @@ class HeatmapWidget(Container):
         """``preload``: load the model in the background now, so the first Run starts at the
         slide (a first overlay within seconds) instead of at loading the model."""
         from medvl_engine._colormap import COLORMAP_CHOICES
-        from medvl_engine.heatmap import MODES, NORMALIZATIONS
+        from medvl_engine.heatmap import NORMALIZATIONS
+        from medvl_engine.heatmap_prompts import MODES
 
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else FeatureCache()
@@ -86,7 +87,12 @@ class HeatmapWidget(Container):
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
         self.model = LineEdit(label="model", value="medvl-demo", tooltip=_model_tooltip())
         self.prompts = LineEdit(
-            label="prompts", value="tumor", tooltip="one prompt, or several separated by ';'"
+            label="prompts",
+            value="tumor",
+            tooltip=(
+                "cosine: one prompt; softmax: two or more classes separated by ';' (the first is "
+                "mapped); contrast: two prompts 'A; B' (A minus B)"
+            ),
         )
         self.features = FileEdit(
             label="features",
@@ -256,24 +262,24 @@ class HeatmapWidget(Container):
     def request(self) -> HeatmapRequest | None:
         """The request the current inputs describe, or None (with a notification) if incomplete."""
         from medvl_engine.errors import ConfigError
+        from medvl_engine.heatmap_prompts import check_prompts
 
         layer = self.slide_choice.value
         prompts = parse_prompts(self.prompts.value)
-        problem = None
-        if layer is None:
-            problem = "No slide layer is open: open a slide (File > Open) and choose it here."
-        elif not prompts:
-            problem = "The prompt is empty: type what to look for, e.g. 'tumor'."
-        elif self.mode.value == "contrast" and len(prompts) != 2:
-            problem = "Contrast mode needs exactly two prompts separated by ';' (A minus B)."
-        elif self.mode.value == "softmax" and len(prompts) < 2:
-            problem = "Softmax mode needs two or more prompts separated by ';'."
-        elif self.normalization.value == "fixed" and not (
-            self.range_high.value > self.range_low.value
-        ):
-            problem = "The fixed range needs a max above its min: set 'fixed min' < 'fixed max'."
-        if problem is not None:
-            self._set_status(report_error(ConfigError(problem)), notice=False)
+        try:
+            if layer is None:
+                raise ConfigError(
+                    "No slide layer is open: open a slide (File > Open) and choose it here."
+                )
+            check_prompts(prompts, self.mode.value)
+            if self.normalization.value == "fixed" and not (
+                self.range_high.value > self.range_low.value
+            ):
+                raise ConfigError(
+                    "The fixed range needs a max above its min: set 'fixed min' < 'fixed max'."
+                )
+        except ConfigError as problem:
+            self._set_status(report_error(problem), notice=False)
             return None
         fixed = self.normalization.value == "fixed"
         return HeatmapRequest(

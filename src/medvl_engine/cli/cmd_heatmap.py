@@ -12,6 +12,7 @@ from medvl_engine.cli._pathology import (
     encoder_and_store,
     write_outputs,
 )
+from medvl_engine.heatmap_prompts import MODES, check_prompts, prompt_label
 
 HELP = "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV)"
 
@@ -24,12 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompt",
         action="append",
         required=True,
-        help="text prompt; repeat for softmax (classes) or contrast (A then B)",
+        help=(
+            "text prompt: one for cosine; repeat for softmax (two or more classes, the first "
+            "mapped) or contrast (exactly two: A, then B)"
+        ),
     )
     parser.add_argument("--model", default="medvl-demo", help="registry name, folder or HF id")
     add_feature_arguments(parser)
     add_output_arguments(parser)
-    parser.add_argument("--mode", choices=("cosine", "softmax", "contrast"), default="cosine")
+    parser.add_argument("--mode", choices=MODES, default="cosine")
     parser.add_argument(
         "--normalize", choices=("none", "percentile", "minmax", "fixed"), default="none"
     )
@@ -58,10 +62,7 @@ def run(args: argparse.Namespace) -> int:
                 f"Output {out.name} has an unknown type '{out.suffix}'; use one of "
                 f"{', '.join(EXPORT_SUFFIXES)}."
             )
-    if args.mode == "contrast" and len(args.prompt) != 2:
-        raise ConfigError("--mode contrast needs exactly two --prompt values (A, then B).")
-    if args.mode == "softmax" and len(args.prompt) < 2:
-        raise ConfigError("--mode softmax needs at least two --prompt values (the classes).")
+    check_prompts(args.prompt, args.mode)
     if args.normalize == "fixed" and args.range is None:
         raise ConfigError("--normalize fixed needs --range LOW HIGH.")
     slide, encoder, store = encoder_and_store(
@@ -74,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     )
     with slide:
         text = encoder.encode_text(args.prompt)
-        label = " - ".join(args.prompt) if args.mode == "contrast" else args.prompt[0]
         heatmap = similarity_map(
             store,
             text,
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             temperature=args.temperature,
             value_range=tuple(args.range) if args.range else None,
             smooth_sigma=args.smooth,
-            prompt=label,
+            prompt=prompt_label(args.prompt, args.mode),
         )
         write_outputs(args, heatmap, store, slide)
     return 0
