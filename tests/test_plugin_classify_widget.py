@@ -84,3 +84,25 @@ def test_classification_without_enough_classes_says_what_to_do(make_napari_viewe
     assert widget.run() is None
     assert "at least two classes" in notification_manager.records[before].message
     assert not widget.runner.running
+
+
+def test_docked_dock_keeps_its_class_list_when_layers_are_added(
+    make_napari_viewer, qtbot, tmp_path, medvl_cache, small_slide
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    widget = ClassifyWidget(viewer, cache=ClassifyCache(root=tmp_path / "features"))
+    viewer.window.add_dock_widget(widget, name="Slide classification")
+    widget.classes.value = "tumor\nstroma\nadipose"
+    assert widget.run() is not None
+    helpers.wait_for_runner(qtbot, widget.runner, 300_000)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    ranked = [name for name, _ in widget.last_outcome.classification.ranked]
+    # the attention layer was added by the run; napari then resets a docked widget's choices
+    assert [c for c in widget.shown_class.choices if c is not None] == ranked
+    widget.shown_class.value = ranked[1]
+    viewer.add_image(np.zeros((8, 8), dtype=np.float32), name="another layer")
+    assert [c for c in widget.shown_class.choices if c is not None] == ranked
+    assert widget.shown_class.value == ranked[1]
+    attention = viewer.layers[f"attention: {small_slide.path.name}"]
+    np.testing.assert_allclose(attention.data, widget.last_outcome.heatmaps[ranked[1]].grid)

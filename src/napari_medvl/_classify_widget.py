@@ -73,7 +73,10 @@ class ClassifyWidget(Container):
         self.controls = JobControls(run_text="Classify slide")
         self.ranking = TextEdit(label="ranking", value="")
         self.ranking.native.setReadOnly(True)
-        self.shown_class = ComboBox(label="show attention of", choices=[], nullable=True)
+        self.last_outcome: ClassifyOutcome | None = None
+        self.shown_class = ComboBox(
+            label="show attention of", choices=self._class_choices, nullable=True
+        )
         super().__init__(
             widgets=[
                 self.slide_choice,
@@ -89,7 +92,6 @@ class ClassifyWidget(Container):
         )
         self.colorbar = ColorBar()
         self.native.layout().addWidget(self.colorbar)
-        self.last_outcome: ClassifyOutcome | None = None
         self.runner = self.controls.bind(self._show_outcome)
         self.controls.run_button.changed.connect(self.run)
         self.preset.changed.connect(self._preset_chosen)
@@ -104,6 +106,12 @@ class ClassifyWidget(Container):
 
     def _slide_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
         return layers_of_kind(self._viewer, SLIDE_KIND)
+
+    def _class_choices(self, _widget: Any = None) -> list[str]:
+        """Classes of the last result, best first (a callable, so napari's reset keeps them)."""
+        if self.last_outcome is None:
+            return []
+        return [name for name, _ in self.last_outcome.classification.ranked]
 
     def _refresh_choices(self, _event: Any = None) -> None:
         self.slide_choice.reset_choices()
@@ -172,7 +180,7 @@ class ClassifyWidget(Container):
         self.last_outcome = outcome
         classification = outcome.classification
         self.ranking.value = format_ranking(classification)
-        self.shown_class.choices = [name for name, _ in classification.ranked]
+        self.shown_class.reset_choices()
         self.shown_class.value = classification.predicted
         self._show_class(classification.predicted)
         notice = demo_notice_for(outcome.request.model)
