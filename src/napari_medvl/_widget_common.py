@@ -107,6 +107,15 @@ class JobControls(Container):
         )
         self.cancel_button.changed.connect(self._cancel_clicked)
         self.runner: JobRunner | None = None
+        self._wrap_text_lines()
+
+    def _wrap_text_lines(self) -> None:
+        """Status and notice wrap inside the dock's width instead of widening the dock."""
+        from qtpy.QtWidgets import QSizePolicy
+
+        for label in (self.status.native, self.notice.native):
+            label.setWordWrap(True)
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
     def bind(self, on_result: Any) -> JobRunner:
         """Create the widget's JobRunner, reporting into these controls."""
