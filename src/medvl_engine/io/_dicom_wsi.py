@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
 from medvl_engine.io._dicom_frames import DAMAGED
@@ -39,9 +39,7 @@ from medvl_engine.io._dicom_values import (
     whole_number,
 )
 from medvl_engine.io._levels import LazyImages
-
-if TYPE_CHECKING:
-    from medvl_engine.io.slide import Slide
+from medvl_engine.io._slide_parts import SlideParts
 
 __all__ = ["open_dicom_slide"]
 
@@ -238,8 +236,11 @@ def _associated_sources(
     return associated, skipped
 
 
-def open_dicom_slide(path: Path) -> Slide:
-    """Open a DICOM SM file (with the other instances of its series beside it) or a folder."""
+def open_dicom_slide(path: Path) -> SlideParts:
+    """Open a DICOM SM file (with the other instances of its series beside it) or a folder.
+
+    Returns the levels and metadata; :func:`medvl_engine.io.slide.open_slide` builds the Slide.
+    """
     try:
         return _open(path)
     except MedVLError:
@@ -250,10 +251,8 @@ def open_dicom_slide(path: Path) -> Slide:
         ) from error
 
 
-def _open(path: Path) -> Slide:
+def _open(path: Path) -> SlideParts:
     import pydicom
-
-    from medvl_engine.io.slide import Slide
 
     headers, skipped = _headers(path)
     if not headers:
@@ -319,18 +318,16 @@ def _open(path: Path) -> Slide:
         for keyword in _PRIVATE_KEYWORDS
         if base.get(keyword) not in (None, "")
     }
-    closers = [source.close for source in [*sources, *associated.values()]]
-    return Slide(
-        path,
-        sources,
-        [source.tile_hw for source in sources],
-        vendor="dicom",
-        mpp=mpp,
-        objective_power=_objective_power(base),
-        properties=properties,
-        private_properties=private,
-        associated_images=LazyImages(
-            path, {name: whole_image(source) for name, source in associated.items()}
-        ),
-        closers=closers,
+    parts = SlideParts()
+    parts.sources = list(sources)
+    parts.tile_sizes = [source.tile_hw for source in sources]
+    parts.vendor = "dicom"
+    parts.mpp = mpp
+    parts.objective_power = _objective_power(base)
+    parts.properties = properties
+    parts.private_properties = private
+    parts.associated = LazyImages(
+        path, {name: whole_image(source) for name, source in associated.items()}
     )
+    parts.closers = [source.close for source in [*sources, *associated.values()]]
+    return parts

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,10 @@ from medvl_engine.io._levels import (
     wrap_decode_errors,
 )
 from medvl_engine.io._limits import check_decode_size, check_tile_size
+from medvl_engine.io._slide_parts import SlideParts
 from medvl_engine.io._tiff_ifds import check_ifd_chain
 
-__all__ = ["TiffSlideParts", "open_tiff_slide"]
+__all__ = ["open_tiff_slide"]
 
 MAX_MICROSCOPE_MPP = 50.0
 """A level-0 resolution coarser than this (um/px) is a screen/print default (e.g. 72 dpi)."""
@@ -155,22 +155,6 @@ class _ZarrLevelSource:
         return to_rgb(np.ascontiguousarray(window))
 
 
-class TiffSlideParts:
-    """What the TIFF opener found: per-level pixel sources and slide metadata."""
-
-    def __init__(self) -> None:
-        self.sources: list[Any] = []
-        self.tile_sizes: list[tuple[int, int]] = []
-        self.mpp: tuple[float, float] | None = None
-        self.vendor = "generic-tiff"
-        self.objective_power: float | None = None
-        self.properties: dict[str, Any] = {}
-        self.private_properties: dict[str, Any] = {}
-        self.associated: Mapping[str, np.ndarray] = {}
-        self.tiled = True
-        self.closers: list[Callable[[], None]] = []
-
-
 def _is_private(key: str, value: Any) -> bool:
     """True for fields that may identify a patient or operator (key or free text naming them)."""
     text = f"{key} {value if isinstance(value, str) else ''}".lower()
@@ -276,7 +260,7 @@ def _check_chunk_table(
         )
 
 
-def open_tiff_slide(path: Path) -> TiffSlideParts:
+def open_tiff_slide(path: Path) -> SlideParts:
     """Open a TIFF-family slide; metadata only, pixels stay on disk."""
     import tifffile
     import tiffslide
@@ -296,7 +280,7 @@ def open_tiff_slide(path: Path) -> TiffSlideParts:
             path,
         ) from error
 
-    parts = TiffSlideParts()
+    parts = SlideParts()
     parts.closers.append(slide.close)
     try:
         _fill_parts(path, slide, properties, parts, tifffile)
@@ -339,7 +323,7 @@ def _open_error(path: Path, error: Exception) -> Exception:
     )
 
 
-def _fill_parts(path: Path, slide: Any, properties: dict, parts: TiffSlideParts, tifffile) -> None:
+def _fill_parts(path: Path, slide: Any, properties: dict, parts: SlideParts, tifffile) -> None:
     series_index = int(properties.get("tiffslide.series-index", 0))
     series = slide.ts_tifffile.series[series_index]
     axes = str(properties.get("tiffslide.series-axes", series.axes))

@@ -26,6 +26,7 @@ from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatE
 from medvl_engine.io._levels import as_dask_level, for_each_in_parallel
 from medvl_engine.io._limits import check_decode_size, check_slide_size
 from medvl_engine.io._safe_open import describe_file_type, require_regular_file
+from medvl_engine.io._slide_parts import SlideParts
 
 __all__ = ["SLIDE_SUFFIXES", "Slide", "open_slide", "sniff_kind"]
 
@@ -330,7 +331,7 @@ def _open_by_kind(path: Path) -> Slide:
     if kind in ("dicom", "folder"):
         from medvl_engine.io._dicom_wsi import open_dicom_slide
 
-        return open_dicom_slide(path)
+        return _slide_from_parts(path, open_dicom_slide(path))
     if path.stat().st_size == 0:
         raise CorruptFileError(f"{path.name}: the file is empty; re-copy it.", path)
     if path.suffix.lower() in _TIFF_SUFFIXES:
@@ -351,17 +352,20 @@ def _open_tiff(path: Path) -> Slide:
     from medvl_engine.io._tiff import open_tiff_slide
 
     parts = open_tiff_slide(path)
-    sources, tiles = parts.sources, parts.tile_sizes
-    if not parts.tiled and len(sources) == 1:
-        base = sources[0]
+    if not parts.tiled and len(parts.sources) == 1:
+        base = parts.sources[0]
         height, width, _ = base.shape
         pyramid = PlainPyramid(path, width, height, lambda: base.read(0, height, 0, width))
-        sources = pyramid.sources
-        tiles = [source.tile_hw for source in sources]
+        parts.sources = pyramid.sources
+        parts.tile_sizes = [source.tile_hw for source in pyramid.sources]
+    return _slide_from_parts(path, parts)
+
+
+def _slide_from_parts(path: Path, parts: SlideParts) -> Slide:
     return Slide(
         path,
-        sources,
-        tiles,
+        parts.sources,
+        parts.tile_sizes,
         vendor=parts.vendor,
         mpp=parts.mpp,
         objective_power=parts.objective_power,
