@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.evaluation.mammo_baselines import (
     baseline_readouts,
     intensity_statistics,
@@ -28,7 +29,6 @@ from medvl_engine.evaluation.metrics import (
     bootstrap_interval,
     weighted_average_precision,
 )
-from medvl_engine.models.topk import PatchGeometry
 
 GEOMETRY = PatchGeometry.from_image(256, 8, 0.5)
 

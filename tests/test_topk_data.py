@@ -13,9 +13,9 @@ from medvl_engine.data.mammo_dataset import MammoDataset, collate_breasts
 from medvl_engine.data.mammo_manifest import read_mammo_manifest, write_mammo_manifest
 from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS
 from medvl_engine.data.mammo_reports import parsed_report, tabular_attributes
+from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.errors import DataError
 from medvl_engine.losses import tabular_similarity
-from medvl_engine.models.topk import PatchGeometry
 
 
 def test_parsed_report_has_paper_sentences():

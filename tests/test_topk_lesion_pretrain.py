@@ -9,9 +9,9 @@ import torch
 from _topk_helpers import tiny_values
 from medvl_engine.data.mammo_dataset import MammoDataset
 from medvl_engine.data.mammo_manifest import MammoRecord
+from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.errors import DataError
 from medvl_engine.models import _convnext
-from medvl_engine.models.topk import PatchGeometry
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training.lesion_pretrain import (
     LesionPatches,

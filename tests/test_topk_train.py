@@ -11,13 +11,13 @@ import torch
 
 from _topk_helpers import tiny_values
 from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS
+from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.evaluation.mammography import (
     MammoEvalOutputs,
     linear_probe_auroc,
     localisation_metrics,
     zero_shot_metrics,
 )
-from medvl_engine.models.topk import PatchGeometry
 from medvl_engine.models.topksiglip import build_topksiglip, load_topksiglip
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training.topksiglip_task import (

@@ -21,8 +21,8 @@ from medvl_engine._atomic import atomic_write_stream
 from medvl_engine.data.mammo_augment import MammoAugmentConfig, augment_breast
 from medvl_engine.data.mammo_manifest import MammoRecord
 from medvl_engine.data.mammo_reports import tabular_attributes
+from medvl_engine.data.patch_geometry import PatchGeometry, rasterize_boxes
 from medvl_engine.errors import DataError, MedVLError
-from medvl_engine.models.topk import PatchGeometry, rasterize_boxes
 
 __all__ = [
     "BreastSample",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.evaluation.mammography import (
     ReadoutTable,
     label_columns,
@@ -23,7 +24,6 @@ from medvl_engine.evaluation.mammography import (
     readout_table,
 )
 from medvl_engine.evaluation.metrics import auroc
-from medvl_engine.models.topk import PatchGeometry
 
 __all__ = [
     "INTENSITY_STATISTICS",

@@ -33,13 +33,13 @@ import torch.nn.functional as F
 
 from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS, zero_shot_logits
 from medvl_engine.data.mammo_reports import DENSITY_LABELS, FINDING_TYPES
+from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.evaluation.metrics import (
     auroc,
     macro_auroc,
     pointing_game,
     weighted_average_precision,
 )
-from medvl_engine.models.topk import PatchGeometry
 
 __all__ = [
     "MammoEvalOutputs",

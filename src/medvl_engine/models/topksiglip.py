@@ -33,10 +33,10 @@ from torch import nn
 from transformers import BertConfig
 
 from medvl_engine._atomic import atomic_directory
+from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.errors import ConfigError, ModelNotFoundError
 from medvl_engine.models import _bert_text, _clip_text, _convnext
 from medvl_engine.models.topk import (
-    PatchGeometry,
     crop_patches,
     extract_patches,
     gumbel_topk_relaxed,
@@ -476,7 +476,7 @@ def resolve_model(name_or_path: str | Path) -> Path:
         if folder is None:
             raise ModelNotFoundError(
                 f"the shipped demo model {DEMO_MODEL} is missing from {_shipped_demo_folder()}; "
-                "rebuild it with `make demo-models` (python -m medvl_engine.demo_models "
+                "rebuild it with `make demo-models` (python -m medvl_engine.training.demo_models "
                 f"{DEMO_MODEL}).",
                 _shipped_demo_folder(),
             )
