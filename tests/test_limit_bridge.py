@@ -139,7 +139,7 @@ def test_conchz_recipe_takes_the_bridge_options():
 
 
 def test_lora_tunes_the_conch_text_tower_and_saves_plain_weights(toy, tmp_path):
-    from medvl_engine.models._lora import LORA_TARGETS
+    from medvl_engine.encoders._lora import LORA_TARGETS
     from medvl_engine.training import RunConfig, train
 
     root = toy[0]

@@ -38,6 +38,7 @@ __all__ = [
     "ConchV1Encoder",
     "ConchV15Encoder",
     "TextTowerUnavailableError",
+    "conch_text_tower",
     "load_conch_v1",
     "load_conch_v15",
     "require_conch",
@@ -104,8 +105,6 @@ class ConchV1Encoder(PatchTextEncoder):
                 f"{self.name} was built without CONCH's tokenizer, so its text side cannot be "
                 "tuned; load it with load_encoder."
             )
-        from medvl_engine.encoders._conch_text import conch_text_tower
-
         return conch_text_tower(self.model.text, self.tokenizer)
 
 
@@ -270,3 +269,50 @@ def _conch_v15_encoder(
         unexpected = [key for key in state if key not in own]
         raise weights_mismatch(source, missing, unexpected) from error
     return ConchV15Encoder(vision, name=name, embed_dim=config.embed_dim, device=device)
+
+
+def conch_text_tower(
+    text: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, *, max_length: int = 127
+) -> TextTower:
+    """A trainable :class:`TextTower` holding a copy of a loaded CONCH model's ``.text`` module.
+
+    text: CONCH's TextTransformer (``model.text`` of ``create_model_from_pretrained``);
+    tokenizer: CONCH's ``get_tokenizer()``. Output [T, embed_dim] equals CONCH's
+    ``encode_text(..., normalize=False)`` for the same texts.
+    """
+    from torch import nn
+
+    from medvl_engine.encoders._conch_text import (
+        ConchTextConfig,
+        ConchTextModel,
+        register_conch_text,
+    )
+    from medvl_engine.encoders._text_tower import TextTower
+
+    register_conch_text()
+    if getattr(text, "cls_emb", None) is None or text.text_projection is None:
+        raise ValueError("expected CONCH's CoCa text tower (with <cls> and text_projection)")
+    config = ConchTextConfig(
+        context_length=int(text.context_length),
+        vocab_size=int(text.vocab_size),
+        width=int(text.width),
+        heads=int(text.heads),
+        layers=int(text.transformer.layers),
+        embed_dim=int(text.output_dim),
+        model_pad_id=int(text.pad_id),
+        pad_token_id=int(tokenizer.pad_token_id),
+    )
+    backbone = ConchTextModel(config)
+    weights = {k: v for k, v in text.state_dict().items() if k != "text_projection"}
+    backbone.text.load_state_dict(weights)
+    projection = nn.Linear(config.width, config.embed_dim, bias=False)
+    with torch.no_grad():
+        projection.weight.copy_(text.text_projection.detach().T)
+    tower = TextTower(
+        backbone,
+        tokenizer,
+        pooling="pooler",
+        projection=projection,
+        max_length=min(max_length, config.context_length - 1),
+    )
+    return tower.to(text.text_projection.device)

@@ -1,4 +1,4 @@
-"""CONCH v1's text tower as a trainable :class:`TextTower` that saves to a text-tower folder.
+"""CONCH v1's text transformer as a transformers model, so a text-tower folder can hold it.
 
 CONCH's text encoder (a CoCa ``TextTransformer`` from the optional ``conch`` package) is
 wrapped as a transformers model, ``model_type`` "medvl-conch-text", so the generic
@@ -11,7 +11,8 @@ text-tower folder code saves and rebuilds it:
                -> [T, embed_dim]                              (512 for v1)
 
 so ``tower.encode(texts)`` equals CONCH's ``encode_text(tokenize(texts), normalize=False)``,
-and LIMIT's projection to CONCH v1.5 features (768) composes into this projection.
+and LIMIT's projection to CONCH v1.5 features (768) composes into this projection
+(:func:`medvl_engine.encoders._conch.conch_text_tower` builds that tower).
 The folder's ``text_config`` holds the architecture (context_length, vocab_size, width,
 heads, layers, embed_dim, pad ids); model.safetensors holds the weights; rebuilding needs
 the ``conch`` package but no network. Call :func:`register_conch_text` before
@@ -20,25 +21,20 @@ the ``conch`` package but no network. Call :func:`register_conch_text` before
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from medvl_engine.encoders._text_tower import TextTower
 from medvl_engine.errors import MissingDependencyError
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "CONCH_TEXT_MODEL_TYPE",
     "ConchTextConfig",
     "ConchTextModel",
     "conch_lora_targets",
-    "conch_text_tower",
     "register_conch_text",
 ]
 
@@ -110,7 +106,7 @@ class ConchTextModel(PreTrainedModel):
         )
         self.text.text_projection = None  # lives in TextTower.projection
         self.post_init()
-        from medvl_engine.models._lora import LORA_TARGETS
+        from medvl_engine.encoders._lora import LORA_TARGETS
 
         LORA_TARGETS[CONCH_TEXT_MODEL_TYPE] = conch_lora_targets(self.text)
 
@@ -163,41 +159,3 @@ def register_conch_text() -> None:
     """Make "medvl-conch-text" known to transformers' AutoConfig / AutoModel (idempotent)."""
     AutoConfig.register(CONCH_TEXT_MODEL_TYPE, ConchTextConfig, exist_ok=True)
     AutoModel.register(ConchTextConfig, ConchTextModel, exist_ok=True)
-
-
-def conch_text_tower(
-    text: nn.Module, tokenizer: PreTrainedTokenizerBase, *, max_length: int = 127
-) -> TextTower:
-    """A trainable :class:`TextTower` holding a copy of a loaded CONCH model's ``.text`` module.
-
-    text: CONCH's TextTransformer (``model.text`` of ``create_model_from_pretrained``);
-    tokenizer: CONCH's ``get_tokenizer()``. Output [T, embed_dim] equals CONCH's
-    ``encode_text(..., normalize=False)`` for the same texts.
-    """
-    register_conch_text()
-    if getattr(text, "cls_emb", None) is None or text.text_projection is None:
-        raise ValueError("expected CONCH's CoCa text tower (with <cls> and text_projection)")
-    config = ConchTextConfig(
-        context_length=int(text.context_length),
-        vocab_size=int(text.vocab_size),
-        width=int(text.width),
-        heads=int(text.heads),
-        layers=int(text.transformer.layers),
-        embed_dim=int(text.output_dim),
-        model_pad_id=int(text.pad_id),
-        pad_token_id=int(tokenizer.pad_token_id),
-    )
-    backbone = ConchTextModel(config)
-    weights = {k: v for k, v in text.state_dict().items() if k != "text_projection"}
-    backbone.text.load_state_dict(weights)
-    projection = nn.Linear(config.width, config.embed_dim, bias=False)
-    with torch.no_grad():
-        projection.weight.copy_(text.text_projection.detach().T)
-    tower = TextTower(
-        backbone,
-        tokenizer,
-        pooling="pooler",
-        projection=projection,
-        max_length=min(max_length, config.context_length - 1),
-    )
-    return tower.to(text.text_projection.device)
