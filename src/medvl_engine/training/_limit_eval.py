@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from medvl_engine.training.config import RunConfig
+
+if TYPE_CHECKING:
+    from medvl_engine.training.limit_task import LimitTask
 
 __all__ = ["BASELINE_ROWS", "evaluate_on_test", "eval_action"]
 
@@ -84,15 +87,12 @@ def patch_auroc(
 
 def evaluate_on_test(task: Any, folder: Path) -> dict[str, Any]:
     """Test-split figures of the tuned model in ``folder`` and its baselines (module doc)."""
-    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
-    from medvl_engine.models.limit import load_limit_model
-    from medvl_engine.training.limit_task import _folder_model_type
+    from medvl_engine.training.synthetic_bags import DIAGNOSTIC_CLASSES
 
     config = task.config
     torch.manual_seed(task.seed)
     models = {"untuned": task.build_model().eval()}
-    _folder_model_type(folder)
-    tuned = load_limit_model(folder).eval()
+    tuned = task.load_saved(folder).eval()
     tuned.tau_attn = config.tau_attn
     models["tuned"] = tuned
     result: dict[str, Any] = {
@@ -179,17 +179,20 @@ def summarize_seeds(results: list[tuple[int | None, dict[str, Any]]]) -> dict[st
     }
 
 
-def eval_action(run_config: RunConfig, task_config: Any) -> int:
-    """``medvl-train limit eval``: print the test figures of every seed's selected model."""
+def eval_action(run_config: RunConfig, task_config: Any, task_class: type[LimitTask]) -> int:
+    """``medvl-train limit eval``: print the test figures of every seed's selected model.
+
+    ``task_class`` is :class:`~medvl_engine.training.limit_task.LimitTask` (passed in by that
+    module's ``eval`` action, so this module does not import the task).
+    """
     from medvl_engine._atomic import atomic_write
     from medvl_engine.training._seeds import seed_runs, selected_model_dirs
-    from medvl_engine.training.limit_task import LimitTask
 
     runs = {run.seed: run for run in seed_runs(run_config, task_config)}
     results = []
     for seed, folder in selected_model_dirs(run_config):
         run = runs[seed]
-        task = LimitTask(run.task_config, run.run_config)
+        task = task_class(run.task_config, run.run_config)
         result = evaluate_on_test(task, folder)
         results.append((seed, result))
         print("\n".join(_seed_lines(seed, result)), flush=True)

@@ -3,9 +3,9 @@
 :data:`DEMO_CONFIG` holds the same ``run`` / ``task`` sections as ``train/topksiglip_demo.yaml``
 (a test keeps the two identical), so an installed package can rebuild the demo model without
 the repository's ``train/`` folder. :func:`rebuild_shipped` (``make demo-models``, or
-``python -m medvl_engine.demo_models topksiglip-demo``) trains the recipe through the shared
-training loop (``best/`` chosen on the validation breasts), scores that model once on the test
-breasts with ``medvl-train topksiglip eval``'s own function, and writes
+``python -m medvl_engine.training.demo_models topksiglip-demo``) trains the recipe through the
+shared training loop (``best/`` chosen on the validation breasts), scores that model once on the
+test breasts with ``medvl-train topksiglip eval``'s own function, and writes
 ``medvl_engine/demo_models/topksiglip-demo/`` atomically: config.json (``"synthetic_demo":
 true``, the frozen all-MiniLM-L6-v2 text tower referenced by name, the test metrics),
 model.safetensors (the trained parameters only) and MODEL_CARD.md.
@@ -86,7 +86,7 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
 }
 
 SHIPPED_NAME = "topksiglip-demo"
-REBUILD_COMMAND = "make demo-models  (python -m medvl_engine.demo_models topksiglip-demo)"
+REBUILD_COMMAND = "make demo-models  (python -m medvl_engine.training.demo_models topksiglip-demo)"
 EVAL_COMMAND = (
     "medvl-train topksiglip eval --config train/topksiglip_demo.yaml task.init_from=topksiglip-demo"
 )
@@ -276,8 +276,8 @@ def rebuild_shipped(
     from medvl_engine.models.topksiglip import load_topksiglip, save_topksiglip
     from medvl_engine.synthetic import MAMMO_GENERATOR_VERSION
     from medvl_engine.training.loop import train
-    from medvl_engine.training.topksiglip_eval import RESULT_NAME, evaluate_test_split
-    from medvl_engine.training.topksiglip_task import build_task
+    from medvl_engine.training.topksiglip_eval import RESULT_NAME
+    from medvl_engine.training.topksiglip_task import build_task, evaluate_test_split
 
     say = progress or (lambda message: None)
     started = time.perf_counter()

@@ -323,7 +323,7 @@ class LimitTask:
 
     def _manifest_path(self) -> Path:
         if self.config.data == "synthetic":
-            from medvl_engine.data.synthetic_bags import make_synthetic_bags
+            from medvl_engine.training.synthetic_bags import make_synthetic_bags
 
             return make_synthetic_bags(
                 self.config.synthetic_dir,
@@ -359,14 +359,19 @@ class LimitTask:
             model.logit_scale.requires_grad_(False)
             model.logit_bias.requires_grad_(False)
         if config.finetune == "lora":
-            from medvl_engine.models import add_lora
+            from medvl_engine.encoders._lora import add_lora
 
             add_lora(tower, config.lora_rank, config.lora_alpha, config.lora_dropout)
         self.tokenizer = tower.tokenizer
         return model
 
+    def load_saved(self, folder: Path) -> LimitModel:
+        """The LIMIT model saved in ``folder`` (a CONCH text tower inside needs ``conch``)."""
+        _folder_model_type(folder)
+        return load_limit_model(folder)
+
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:
-        from medvl_engine.models import merged_copy
+        from medvl_engine.encoders._lora import merged_copy
 
         save_limit_text_tower(merged_copy(unwrap_model(model)).cpu(), directory)
 
@@ -662,7 +667,7 @@ def build_task(config: LimitTaskConfig, run_config: RunConfig) -> LimitTask:
 def _eval_action(run_config: RunConfig, task_config: LimitTaskConfig) -> int:
     from medvl_engine.training._limit_eval import eval_action
 
-    return eval_action(run_config, task_config)
+    return eval_action(run_config, task_config, LimitTask)
 
 
 def _bridge_action(run_config: RunConfig, task_config: LimitTaskConfig) -> int:
@@ -720,8 +725,8 @@ def _labelled_patches(
 
 def _patch_zero_shot(task: LimitTask, model: LimitModel, split: str = "val") -> dict[str, float]:
     """Patch-level zero-shot on ``split`` stores that carry "patch_labels" (synthetic cohorts)."""
-    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
     from medvl_engine.evaluation import zero_shot_patches
+    from medvl_engine.training.synthetic_bags import DIAGNOSTIC_CLASSES
 
     patches = _labelled_patches(task, split)
     if patches is None:
@@ -739,8 +744,8 @@ def _patch_zero_shot(task: LimitTask, model: LimitModel, split: str = "val") -> 
 def _patch_robustness(task: LimitTask, model: LimitModel, split: str = "val") -> dict[str, Any]:
     """Patch-level template x synonym report (the paper's Fig. 3 is patch level)."""
     from medvl_engine.data.limit_prompt_variants import CANCER_SYNONYMS, ROBUSTNESS_TEMPLATES
-    from medvl_engine.data.synthetic_bags import DIAGNOSTIC_CLASSES
     from medvl_engine.evaluation.pathology import patch_template_synonym_robustness
+    from medvl_engine.training.synthetic_bags import DIAGNOSTIC_CLASSES
 
     patches = _labelled_patches(task, split)
     if patches is None:
@@ -791,8 +796,7 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
         return {}
     torch.manual_seed(task.seed)
     untuned = task.build_model().eval()
-    _folder_model_type(folder)
-    tuned = load_limit_model(folder).eval()
+    tuned = task.load_saved(folder).eval()
     tuned.tau_attn = task.config.tau_attn
     config = task.config
     results: dict[str, Any] = {"tuned_model": str(folder), "protocol": task._protocol()}

@@ -20,13 +20,15 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from medvl_engine._atomic import atomic_write
 from medvl_engine.training.config import RunConfig
-from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
+
+if TYPE_CHECKING:
+    from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
 
 __all__ = ["evaluate_test_split", "LEVEL", "RESULT_NAME"]
 
@@ -161,8 +163,15 @@ def _print_report(
         print(f"  {key:<{name_width}}" + "".join(f"{c:<{width}}" for c in cells) + reads)
 
 
-def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig) -> int:
+def evaluate_test_split(
+    run_config: RunConfig,
+    task_config: TopKSigLIPTaskConfig,
+    task_class: type[TopKSigLIPTask],
+) -> int:
     """Score the saved model(s) on the test split; print and write the report; exit status.
+
+    ``task_class`` is :class:`~medvl_engine.training.topksiglip_task.TopKSigLIPTask` (passed
+    in by that module's ``eval`` action, so this module does not import the task).
 
     Runs in one process, on ``run.device`` (auto: the GPU when there is one); started under
     torchrun, ranks other than 0 return at once.
@@ -176,7 +185,7 @@ def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig
     models = _models(run_config, task_config)
     device = _device(run_config.device)
     # The training and validation splits are read only for the linear probe.
-    task = TopKSigLIPTask(task_config, run_config, read_train_val=task_config.linear_probe)
+    task = task_class(task_config, run_config, read_train_val=task_config.linear_probe)
     task.progress = _progress
     test_set = task.dataset(task.test_records())
     resamples, seed = task_config.bootstrap_resamples, task_config.seed

@@ -621,7 +621,7 @@ def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig
     """``medvl-train topksiglip eval``: see :mod:`medvl_engine.training.topksiglip_eval`."""
     from medvl_engine.training.topksiglip_eval import evaluate_test_split as run
 
-    return run(run_config, task_config)
+    return run(run_config, task_config, TopKSigLIPTask)
 
 
 ACTIONS: dict[str, Callable[[RunConfig, TopKSigLIPTaskConfig], int]] = {"eval": evaluate_test_split}
