@@ -1,4 +1,4 @@
-"""Rebuild the shipped demo models: ``python -m medvl_engine.demo_models NAME``.
+"""Rebuild the shipped demo models: ``python -m medvl_engine.training.demo_models NAME``.
 
 NAME is ``medvl-demo`` (pathology), ``topksiglip-demo`` (mammography) or ``all``. Each model is
 rebuilt by its own recipe and written atomically (with its MODEL_CARD.md) into
@@ -21,7 +21,7 @@ Rebuild = Callable[[Callable[[str], None] | None], Path]
 
 # Model name -> module holding its ``rebuild_shipped(progress) -> Path``; imported only when used.
 _REBUILDERS: dict[str, str] = {
-    "medvl-demo": "medvl_engine.encoders._demo",
+    "medvl-demo": "medvl_engine.training.pathology_demo",
     "topksiglip-demo": "medvl_engine.training._topksiglip_demo",
 }
 
@@ -55,7 +55,7 @@ def _progress(name: str) -> Callable[[str], None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m medvl_engine.demo_models",
+        prog="python -m medvl_engine.training.demo_models",
         description="Rebuild the demo models shipped with medvl (synthetic data, not for "
         "diagnosis) from their recipes.",
     )
