@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -29,6 +29,8 @@ __all__ = [
     "classify_slide",
     "NORMALIZATIONS",
     "Heatmap",
+    "PatchLayoutLike",
+    "PromptEncoder",
     "normalize_scores",
     "patch_scores",
     "similarity_map",
@@ -37,6 +39,24 @@ __all__ = [
 
 NORMALIZATIONS = ("none", "percentile", "minmax", "fixed")
 _DEFAULT_RANGE = {"cosine": (-1.0, 1.0), "softmax": (0.0, 1.0), "contrast": (-2.0, 2.0)}
+
+
+class PatchLayoutLike(Protocol):
+    """Where scored patches lie: a FeatureStore or an export's saved PatchLayout."""
+
+    @property
+    def coords(self) -> np.ndarray: ...  # int64 [N, 2] (x, y) level-0 px, top-left
+
+    @property
+    def patch_size_level0(self) -> int: ...
+
+
+class PromptEncoder(Protocol):
+    """What scoring prompts needs of a model (every ``PatchTextEncoder`` has it)."""
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """T prompts -> float32 [T, D] embeddings."""
+        ...
 
 
 @dataclass
@@ -189,10 +209,12 @@ def similarity_map(
     )
 
 
-def top_patches(store: Any, scores: np.ndarray, n: int = 10) -> tuple[np.ndarray, np.ndarray]:
+def top_patches(
+    store: PatchLayoutLike, scores: np.ndarray, n: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
     """The ``n`` highest-scoring patches, best first (CLAM's top-k sampling); NaN never qualifies.
 
-    ``store`` is a FeatureStore (or anything with ``coords`` [N, 2] and ``patch_size_level0``).
+    ``store``: the feature store or saved patch layout the ``scores`` [N] are in the order of.
     Returns boxes int64 [n, 4] as (x0, y0, x1, y1) level-0 px and their scores float32 [n].
     """
     scores = np.asarray(scores, dtype=np.float32)
@@ -215,7 +237,7 @@ def top_patches(store: Any, scores: np.ndarray, n: int = 10) -> tuple[np.ndarray
 
 def classify_slide(
     store: FeatureStore,
-    encoder: Any,
+    encoder: PromptEncoder,
     class_prompts: Sequence[str] | Mapping[str, Sequence[str]],
     tau_attn: float = 0.05,
 ) -> list[tuple[str, float]]:

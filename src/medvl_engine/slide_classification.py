@@ -21,12 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from medvl_engine.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from medvl_engine.features import FeatureStore
+    from medvl_engine.heatmap import Heatmap, PromptEncoder
 
 __all__ = [
     "CLASS_PRESETS",
@@ -104,8 +108,8 @@ class SlideClassification:
 
 
 def classify_with_attention(
-    store: Any,
-    encoder: Any,
+    store: FeatureStore,
+    encoder: PromptEncoder,
     class_prompts: Sequence[str] | Mapping[str, Sequence[str]],
     tau_attn: float = 0.05,
 ) -> SlideClassification:
@@ -161,7 +165,9 @@ def classify_with_attention(
     )
 
 
-def attention_heatmap(store: Any, classification: SlideClassification, name: str) -> Any:
+def attention_heatmap(
+    store: FeatureStore, classification: SlideClassification, name: str
+) -> Heatmap:
     """The attention of class ``name`` as a Heatmap of ``alpha_i * N`` on the store's grid.
 
     ``value_range`` is (0, max), ``prompt`` the class name, ``mode`` "attention".
@@ -177,7 +183,7 @@ def attention_heatmap(store: Any, classification: SlideClassification, name: str
     return heatmap
 
 
-def values_heatmap(store: Any, values: np.ndarray, label: str, mode: str) -> Any:
+def values_heatmap(store: FeatureStore, values: np.ndarray, label: str, mode: str) -> Heatmap:
     """Per-patch ``values`` [N] (store order) as a Heatmap on the store's grid.
 
     Placed like the prompt heatmaps (:func:`medvl_engine.heatmap.similarity_map`): one cell

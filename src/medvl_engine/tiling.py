@@ -15,6 +15,7 @@ Works with any object offering the ``medvl_engine.io.slide.Slide`` interface: ``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -244,8 +245,10 @@ class PatchGrid:
         image = Image.fromarray(np.ascontiguousarray(region))
         return np.asarray(image.resize((self.patch_size, self.patch_size), resample))
 
-    def read_patches(self, slide: SlideLike, indices: Any) -> np.ndarray:
-        """Several patches, uint8 [B, patch_size, patch_size, 3]."""
+    def read_patches(
+        self, slide: SlideLike, indices: int | Sequence[int] | np.ndarray
+    ) -> np.ndarray:
+        """Patches ``indices`` (B grid rows, or one), uint8 [B, patch_size, patch_size, 3]."""
         indices = list(np.atleast_1d(np.asarray(indices, dtype=np.int64)))
         out = np.empty((len(indices), self.patch_size, self.patch_size, 3), np.uint8)
         for slot, index in enumerate(indices):

@@ -25,9 +25,10 @@ Points map by one affine transform per view, in continuous pixel coordinates
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from medvl_engine.errors import MedVLError
 from medvl_engine.io._mammo_pairing import check_pair
@@ -72,30 +73,30 @@ class BreastImage:
             raise MedVLError(f"view {view!r} is not in this breast image; use 'CC' or 'MLO'.")
         return self.placements[key]
 
-    def from_source(self, view: str, points_xy: Any) -> np.ndarray:
+    def from_source(self, view: str, points_xy: npt.ArrayLike) -> np.ndarray:
         """[N, 2] (x, y) source px of ``view`` -> [N, 2] (x, y) breast-image px."""
         return _apply(self._placement(view).matrix, points_xy)
 
-    def to_source(self, view: str, points_xy: Any) -> np.ndarray:
+    def to_source(self, view: str, points_xy: npt.ArrayLike) -> np.ndarray:
         """[N, 2] (x, y) breast-image px -> [N, 2] (x, y) source px of ``view``."""
         return _apply(np.linalg.inv(self._placement(view).matrix), points_xy)
 
-    def boxes_from_source(self, view: str, boxes: Any) -> np.ndarray:
+    def boxes_from_source(self, view: str, boxes: npt.ArrayLike) -> np.ndarray:
         """[N, 4] boxes (x0, y0, x1, y1) source px -> [N, 4] breast-image px (by corners)."""
         return _map_boxes(self._placement(view).matrix, boxes)
 
-    def boxes_to_source(self, view: str, boxes: Any) -> np.ndarray:
+    def boxes_to_source(self, view: str, boxes: npt.ArrayLike) -> np.ndarray:
         """[N, 4] boxes (x0, y0, x1, y1) breast-image px -> [N, 4] source px (by corners)."""
         return _map_boxes(np.linalg.inv(self._placement(view).matrix), boxes)
 
 
-def _apply(matrix: np.ndarray, points_xy: Any) -> np.ndarray:
+def _apply(matrix: np.ndarray, points_xy: npt.ArrayLike) -> np.ndarray:
     points = np.asarray(points_xy, dtype=np.float64).reshape(-1, 2)
     homogeneous = np.column_stack([points, np.ones(len(points))])
     return (homogeneous @ matrix.T)[:, :2]
 
 
-def _map_boxes(matrix: np.ndarray, boxes: Any) -> np.ndarray:
+def _map_boxes(matrix: np.ndarray, boxes: npt.ArrayLike) -> np.ndarray:
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     a = _apply(matrix, boxes[:, [0, 1]])
     b = _apply(matrix, boxes[:, [2, 3]])

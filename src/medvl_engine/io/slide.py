@@ -23,7 +23,7 @@ import numpy as np
 
 from medvl_engine._reason import error_reason
 from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatError
-from medvl_engine.io._levels import as_dask_level, for_each_in_parallel
+from medvl_engine.io._levels import PixelSource, as_dask_level, for_each_in_parallel
 from medvl_engine.io._limits import check_decode_size, check_slide_size
 from medvl_engine.io._safe_open import describe_file_type, require_regular_file
 from medvl_engine.io._slide_parts import SlideParts
@@ -59,7 +59,7 @@ class Slide:
     def __init__(
         self,
         path: Path,
-        sources: Sequence[Any],
+        sources: Sequence[PixelSource],
         tile_sizes: Sequence[tuple[int, int]],
         *,
         vendor: str,
