@@ -16,7 +16,7 @@ palette colour without its palette.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from medvl_engine.io._dicom_values import (
     stated,
     whole_number,
 )
+
+if TYPE_CHECKING:
+    from pydicom import Dataset
 
 __all__ = ["display_pixels", "palette_pixels", "voi_options"]
 
@@ -110,7 +113,7 @@ def _number_label(value: Any) -> str:
     return f"{number:g}" if number is not None else stated(value)
 
 
-def voi_options(dataset: Any) -> list[str]:
+def voi_options(dataset: Dataset) -> list[str]:
     """Human-readable VOI choices in ``voi_index`` order (windows, then LUT sequence items)."""
     centers = as_list(dataset.get("WindowCenter"))
     widths = as_list(dataset.get("WindowWidth"))
@@ -192,7 +195,7 @@ def _apply_voi(
 
 
 def display_pixels(
-    path: Path, dataset: Any, stored: np.ndarray, photometric: str | None, voi_index: int
+    path: Path, dataset: Dataset, stored: np.ndarray, photometric: str | None, voi_index: int
 ) -> tuple[np.ndarray, str]:
     """Stored values [H, W] -> display float32 [H, W]: Modality LUT -> VOI -> MONOCHROME1.
 
@@ -230,7 +233,7 @@ def display_pixels(
     return display, voi_name
 
 
-def palette_pixels(path: Path, dataset: Any, indices: np.ndarray) -> np.ndarray:
+def palette_pixels(path: Path, dataset: Dataset, indices: np.ndarray) -> np.ndarray:
     """PALETTE COLOR indices [H, W] -> luminance of their palette colours, float32 in [0, 1]."""
     has_palette = any(
         keyword in dataset

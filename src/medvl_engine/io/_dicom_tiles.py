@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from medvl_engine.errors import CorruptFileError, MedVLError, UnsupportedFormatE
 from medvl_engine.io._dicom_frames import CODEC_NAMES, DAMAGED, MISMATCHED, codec_for, frame_ranges
 from medvl_engine.io._dicom_values import printable, stated, whole_number
 from medvl_engine.io._levels import PositionalFile, for_each_in_parallel, to_rgb, wrap_decode_errors
+
+if TYPE_CHECKING:
+    from pydicom import Dataset
 
 __all__ = ["FrameSource", "whole_image"]
 
@@ -118,7 +121,7 @@ def _check_colour(path: Path, dataset: Any, samples: int, compressed: bool) -> N
 class FrameSource:
     """Pixels of one SM instance, tile by tile; rows, cols in the instance's total pixel matrix."""
 
-    def __init__(self, path: Path, dataset: Any, pixel_offset: int, level: int) -> None:
+    def __init__(self, path: Path, dataset: Dataset, pixel_offset: int, level: int) -> None:
         self.path = path
         self.label = f"level {level}"
         tile_h = _positive(path, dataset, "Rows", "the tile height in pixels")

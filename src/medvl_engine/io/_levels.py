@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import dask.array as da
 import numpy as np
@@ -44,6 +44,7 @@ __all__ = [
 CHUNK_TARGET_PX = 4096
 """Preferred chunk side (px); a whole multiple of the native tile size."""
 
+Item = TypeVar("Item")
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -95,7 +96,7 @@ def _register_fork_hook() -> None:
     _fork_hook_registered = True
 
 
-def for_each_in_parallel(function: Callable[[Any], None], items: Sequence[Any]) -> None:
+def for_each_in_parallel(function: Callable[[Item], None], items: Sequence[Item]) -> None:
     """Call ``function`` on every item, shared between the decode pool and the calling thread.
 
     Threads take the next item from a common counter, so the caller never
