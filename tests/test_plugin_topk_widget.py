@@ -216,6 +216,32 @@ def test_four_views_hang_with_chest_walls_facing_and_boxes_follow(
             np.testing.assert_allclose(rectangle.max(axis=0), np.max(expected, axis=0) - [0.5, 0.5])
 
 
+def _assert_no_plate_covers_another(plates) -> None:
+    lows = [np.min(plate, axis=0) for plate in plates]
+    highs = [np.max(plate, axis=0) for plate in plates]
+    for i in range(len(plates)):
+        for j in range(i + 1, len(plates)):
+            apart = np.any(highs[i] <= lows[j] + 1e-6) or np.any(highs[j] <= lows[i] + 1e-6)
+            assert apart, f"label plates {i} and {j} overlap"
+
+
+def test_label_plates_of_half_overlapping_boxes_never_cover_each_other():
+    from napari_medvl._mammo_layers import place_plates
+
+    # a 3 x 3 block of 64 px patches at 50 % overlap (stride 32), ranked in scan order
+    boxes = np.array(
+        [[x, y, x + 64, y + 64] for y in (0, 32, 64) for x in (0, 32, 64)], dtype=float
+    )
+    plates = place_plates(boxes, ranks=np.arange(1, 10))
+    for plate, box in zip(plates, boxes, strict=True):
+        assert box[0] <= plate[0] < plate[2] <= box[2]
+        assert box[1] <= plate[1] < plate[3] <= box[3]
+    corners = [np.array([[p[1], p[0]], [p[3], p[2]]]) for p in plates]  # (y, x) like napari
+    _assert_no_plate_covers_another(corners)
+    # rank 1 keeps the preferred top-left corner
+    np.testing.assert_allclose(plates[0], [0, 0, 32, 64 * 0.22])
+
+
 def test_rank_labels_sit_on_dark_plates_and_window_resets_to_voi(
     make_napari_viewer, qtbot, mammo_case, tiny_topk
 ):
@@ -243,10 +269,10 @@ def test_rank_labels_sit_on_dark_plates_and_window_resets_to_voi(
         np.testing.assert_array_equal(labels.features["rank"], boxes.features["rank"])
         assert all(text.startswith("#") for text in labels.text.values)
         shown += len(labels.data)
-        for plate, box in zip(labels.data, boxes.data, strict=True):  # the top band of its box
-            assert plate.min(axis=0) == pytest.approx(box.min(axis=0))
-            assert plate.max(axis=0)[1] == pytest.approx(box.max(axis=0)[1])
-            assert plate.max(axis=0)[0] < box.max(axis=0)[0]
+        for plate, box in zip(labels.data, boxes.data, strict=True):  # a band inside its box
+            assert np.all(plate.min(axis=0) >= box.min(axis=0) - 1e-6)
+            assert np.all(plate.max(axis=0) <= box.max(axis=0) + 1e-6)
+        _assert_no_plate_covers_another(labels.data)
     assert shown == 6
     importance = viewer.layers["TopK L importance CC"]
     assert importance.colormap.name == "medvl viridis"  # the map the exports use

@@ -3,8 +3,9 @@
 The importance map takes the shared sequential colour map (:mod:`medvl_engine._colormap`).
 
 Builds on :func:`napari_medvl._layers.topk_layers` (importance maps and ranked boxes in each
-view's world frame) and adds, per view, a ``labels`` shapes layer: one filled dark plate across
-the top band of every box, drawn under the boxes, with the rank and score in white on it. The
+view's world frame) and adds, per view, a ``labels`` shapes layer: one filled dark plate in a
+corner band of every box (placed in rank order so that plates of overlapping boxes never cover
+each other), drawn under the boxes, with the rank and score in white on it. The
 box outline gets a dark rim (a wider dark rectangle under the coloured one) so a lime box stays
 visible on a bright or lime-coloured importance map.
 """
@@ -33,11 +34,46 @@ def shared_colormap(name: str) -> Any:
     return Colormap(colors=colormap_lut(name), name=f"medvl {name}")
 
 
-def _plate_rectangles(boxes_xyxy: np.ndarray, frame: WorldFrame) -> list[np.ndarray]:
+def _plate_candidates(box: np.ndarray) -> list[np.ndarray]:
+    """Plate positions inside one box, preferred first: top-left, bottom-left, top-right,
+    bottom-right quarter-height bands of half the box width, as [x0, y0, x1, y1]."""
+    x0, y0, x1, y1 = box
+    band = (y1 - y0) * _PLATE_FRACTION
+    half = (x1 - x0) / 2.0
+    return [
+        np.array([x0, y0, x0 + half, y0 + band]),
+        np.array([x0, y1 - band, x0 + half, y1]),
+        np.array([x0 + half, y0, x1, y0 + band]),
+        np.array([x0 + half, y1 - band, x1, y1]),
+    ]
+
+
+def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3])
+
+
+def place_plates(boxes_xyxy: np.ndarray, ranks: np.ndarray | None = None) -> np.ndarray:
+    """Label plates [K, 4] (x0, y0, x1, y1), each inside its box [K, 4], placed greedily from
+    rank 1 on so that no plate covers a better-ranked one (boxes of overlapping patches share
+    corners). Returned in the boxes' order."""
+    boxes = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
+    order = np.arange(len(boxes)) if ranks is None else np.argsort(ranks, kind="stable")
+    plates = np.zeros_like(boxes)
+    placed: list[np.ndarray] = []
+    for index in order:
+        candidates = _plate_candidates(boxes[index])
+        free = [c for c in candidates if not any(_overlaps(c, other) for other in placed)]
+        plates[index] = free[0] if free else candidates[0]
+        placed.append(plates[index])
+    return plates
+
+
+def _plate_rectangles(
+    boxes_xyxy: np.ndarray, frame: WorldFrame, ranks: np.ndarray | None = None
+) -> list[np.ndarray]:
     rectangles = []
-    for x0, y0, x1, y1 in np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4):
-        band = (y1 - y0) * _PLATE_FRACTION
-        corners = np.array([[x0, y0], [x1, y0], [x1, y0 + band], [x0, y0 + band]])
+    for x0, y0, x1, y1 in place_plates(boxes_xyxy, ranks):
+        corners = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
         rectangles.append(frame.to_world(corners))
     return rectangles
 
@@ -45,7 +81,8 @@ def _plate_rectangles(boxes_xyxy: np.ndarray, frame: WorldFrame) -> list[np.ndar
 def _labels_layer(boxes_data: LayerData, frame: WorldFrame) -> LayerData:
     rectangles, kwargs, _ = boxes_data
     boxes = kwargs["metadata"]["boxes_xyxy"]
-    plates = _plate_rectangles(boxes, frame)
+    ranks = kwargs["features"].get("rank")
+    plates = _plate_rectangles(boxes, frame, None if ranks is None else np.asarray(ranks))
     labels_kwargs = {
         "name": kwargs["name"].replace(" boxes ", " labels "),
         "shape_type": "rectangle",
