@@ -12,7 +12,7 @@ def tiny_topk_folder(tmp_path: Path) -> Path:
     """A randomly initialised TopKSigLIP (one text layer) saved as a model folder (the real
     loading path)."""
     from _topk_helpers import TINY_TEXT, tiny_model
-    from medvl_engine.models.topksiglip import save_topksiglip
+    from medvl_engine.models.topksiglip_folder import save_topksiglip
 
     model = tiny_model(tmp_path, text_config={**TINY_TEXT, "num_hidden_layers": 1})
     return save_topksiglip(model, tmp_path / "tiny-topk")

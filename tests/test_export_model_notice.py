@@ -172,7 +172,7 @@ def test_positive_maps_use_the_sequential_map(tmp_path):
 
 
 def _topk_result():
-    from medvl_engine.models.topksiglip import TopKResult
+    from medvl_engine.models.topksiglip_inference import TopKResult
 
     importance = np.full((4, 4), 1 / 16, dtype=np.float32)
     boxes = {"CC": np.array([[10.0, 10.0, 40.0, 40.0]]), "MLO": np.array([[5.0, 70, 35, 100]])}

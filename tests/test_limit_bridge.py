@@ -13,7 +13,11 @@ from _conch_helpers import EMBED_DIM, V15_DIM, install_fake_conch, write_conch_c
 from _limit_helpers import write_feature_store
 from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.training._bridge import bridge_from_stores, fit_bridge
-from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig, load_text_tower
+from medvl_engine.training.limit_task import (
+    LimitTask,
+    LimitTaskConfig,
+    load_trainable_text_tower,
+)
 
 CLASSES = ["invasive carcinoma", "adipose tissue", "fibrous stroma", "necrosis", "lymphocytes"]
 
@@ -34,7 +38,7 @@ def toy(tmp_path, monkeypatch):
     install_fake_conch(monkeypatch)
     write_conch_checkpoint(tmp_path / "CONCH")
     with torch.no_grad():
-        prompts = load_text_tower(str(tmp_path / "CONCH")).eval().encode(CLASSES).double()
+        prompts = load_trainable_text_tower(str(tmp_path / "CONCH")).eval().encode(CLASSES).double()
     prompts = prompts - prompts.mean(0)  # the classes differ by these directions
     rng = np.random.default_rng(0)
     mapping = rng.normal(size=(EMBED_DIM, V15_DIM)) / EMBED_DIM**0.5
@@ -171,7 +175,7 @@ def test_lora_tunes_the_conch_text_tower_and_saves_plain_weights(toy, tmp_path):
 
     summary = train(LimitTask(config, run), run)
     assert summary["steps"] == 2 and np.isfinite(summary["losses"]).all()
-    saved = load_text_tower(str(tmp_path / "run" / "final"))
+    saved = load_trainable_text_tower(str(tmp_path / "run" / "final"))
     assert not any("lora_" in name for name, _ in saved.named_parameters())
     assert saved.eval().encode(CLASSES).shape == (len(CLASSES), V15_DIM)
 

@@ -21,7 +21,11 @@ from _conch_helpers import (
 from _limit_helpers import write_feature_store
 from medvl_engine.errors import MissingDependencyError
 from medvl_engine.training import RunConfig, train
-from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig, load_text_tower
+from medvl_engine.training.limit_task import (
+    LimitTask,
+    LimitTaskConfig,
+    load_trainable_text_tower,
+)
 
 REPORTS = {
     "tumor": "Sections show invasive carcinoma.",
@@ -77,7 +81,7 @@ def test_conch_text_model_without_the_package_fails_at_once(cohort, monkeypatch)
     monkeypatch.setitem(sys.modules, "conch", None)
     for spec in ("conch-v1", str(cohort / "CONCH"), str(cohort / "CONCH" / "pytorch_model.bin")):
         with pytest.raises(MissingDependencyError, match="pip install git\\+https://github.com/"):
-            load_text_tower(spec)
+            load_trainable_text_tower(spec)
 
 
 def test_registry_name_conch_v1_gives_its_text_tower(cohort, monkeypatch):
@@ -85,12 +89,14 @@ def test_registry_name_conch_v1_gives_its_text_tower(cohort, monkeypatch):
 
     install_fake_conch(monkeypatch)
     monkeypatch.setattr(hub, "resolve_model_dir", lambda source, *args: cohort / "CONCH")
-    tower = load_text_tower("conch-v1")
+    tower = load_trainable_text_tower("conch-v1")
     assert tower.training and tower.output_dim == EMBED_DIM
     assert all(p.requires_grad for p in tower.parameters())
     with torch.no_grad():
         by_name = tower.encode(PROMPTS)
-        by_file = load_text_tower(str(cohort / "CONCH" / "pytorch_model.bin")).encode(PROMPTS)
+        by_file = load_trainable_text_tower(str(cohort / "CONCH" / "pytorch_model.bin")).encode(
+            PROMPTS
+        )
     assert by_name.shape == (2, EMBED_DIM) and torch.allclose(by_name, by_file)
 
 
@@ -125,7 +131,7 @@ def test_one_step_updates_only_the_text_side_and_the_folder_loads_back(
     model.eval()
     with torch.no_grad():
         expected = model.encode_texts(PROMPTS)
-        reloaded = load_text_tower(str(tmp_path / "tuned")).eval()
+        reloaded = load_trainable_text_tower(str(tmp_path / "tuned")).eval()
         assert torch.allclose(torch.nn.functional.normalize(reloaded.encode(PROMPTS)), expected)
         assert torch.allclose(load_limit_model(tmp_path / "tuned").encode_texts(PROMPTS), expected)
     paired = load_encoder(tmp_path / "tuned")
@@ -135,7 +141,7 @@ def test_one_step_updates_only_the_text_side_and_the_folder_loads_back(
     assert paired.encode_patches(patches).shape == (2, V15_DIM)
     monkeypatch.setitem(sys.modules, "conch", None)
     with pytest.raises(MissingDependencyError, match="CONCH text tower in .*tuned"):
-        load_text_tower(str(tmp_path / "tuned"))
+        load_trainable_text_tower(str(tmp_path / "tuned"))
 
 
 def test_conchz_recipe_keeps_the_paper_settings_and_runs(cohort, tmp_path, monkeypatch):
@@ -163,5 +169,5 @@ def test_conchz_recipe_keeps_the_paper_settings_and_runs(cohort, tmp_path, monke
     assert summary["steps"] == 1 and np.isfinite(summary["losses"]).all()
     saved = json.loads((tmp_path / "run" / "final" / "config.json").read_text())
     assert saved["vision_encoder"] == "conch-v1.5" and saved["projection"]["out_features"] == 768
-    tower = load_text_tower(str(tmp_path / "run" / "final"))
+    tower = load_trainable_text_tower(str(tmp_path / "run" / "final"))
     assert tower.output_dim == V15_DIM and tower.encode(PROMPTS).shape == (2, V15_DIM)

@@ -207,7 +207,8 @@ def test_importance_cells_sit_where_the_engine_bounds_map_them(tmp_path_factory)
 
     from _plugin_helpers import tiny_topk_folder
     from medvl_engine.io.mammo import breast_image, open_mammogram
-    from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
+    from medvl_engine.models.topksiglip_folder import load_topksiglip
+    from medvl_engine.models.topksiglip_inference import predict_topk
     from medvl_engine.synthetic import make_mammogram_case
 
     folder = tmp_path_factory.mktemp("cells")

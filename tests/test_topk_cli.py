@@ -12,7 +12,7 @@ from PIL import Image
 
 from _topk_helpers import make_brightness_scorer, tiny_model
 from medvl_engine.cli.main import main
-from medvl_engine.models.topksiglip import save_topksiglip
+from medvl_engine.models.topksiglip_folder import save_topksiglip
 
 torch.set_num_threads(1)
 VIEW_SHAPE = (400, 280)  # rows, cols of each planted view

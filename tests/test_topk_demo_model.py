@@ -14,13 +14,9 @@ import yaml
 
 from _topk_helpers import tiny_model
 from medvl_engine import demo_models
+from medvl_engine.encoders.resolve import registered_model_dir, resolve_topksiglip
 from medvl_engine.errors import ModelNotFoundError
-from medvl_engine.models.topksiglip import (
-    load_topksiglip,
-    registered_model_dir,
-    resolve_model,
-    save_topksiglip,
-)
+from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
 from medvl_engine.training import _topksiglip_demo
 
 torch.set_num_threads(1)
@@ -46,7 +42,8 @@ def test_packaged_recipe_is_the_demo_yaml():
 def test_demo_name_resolves_to_the_shipped_folder_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("MEDVL_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.chdir(tmp_path)
-    assert resolve_model("topksiglip-demo") == SHIPPED
+    resolved = resolve_topksiglip("topksiglip-demo")
+    assert (resolved.path, resolved.kind, resolved.shipped) == (SHIPPED, "medvl-topksiglip", True)
     model = load_topksiglip("topksiglip-demo")
     assert (model.config.image_size, model.config.grid, model.config.k) == (256, 8, 4)
     assert demo_models.demo_notice_for("topksiglip-demo") == demo_models.DEMO_NOTICE
@@ -81,7 +78,7 @@ def test_missing_shipped_folder_names_the_rebuild_command(tmp_path, monkeypatch)
     monkeypatch.setattr(demo_models, "SHIPPED_ROOT", tmp_path / "nothing-here")
     monkeypatch.setenv("MEDVL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ModelNotFoundError, match="make demo-models"):
-        resolve_model("topksiglip-demo")
+        resolve_topksiglip("topksiglip-demo")
     assert not (tmp_path / "cache").exists()
 
 
@@ -89,9 +86,11 @@ def test_install_as_uses_the_cache_under_its_own_name(tmp_path, monkeypatch):
     monkeypatch.setenv("MEDVL_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ModelNotFoundError, match="not found"):
-        resolve_model("my-topk")
+        resolve_topksiglip("my-topk")
     save_topksiglip(tiny_model(tmp_path), registered_model_dir("my-topk"))
-    assert resolve_model("my-topk") == tmp_path / "cache" / "models" / "my-topk"
+    resolved = resolve_topksiglip("my-topk")
+    assert resolved.path == tmp_path / "cache" / "models" / "my-topk"
+    assert resolved.kind == "medvl-topksiglip" and not resolved.shipped
     assert load_topksiglip("my-topk").config.grid == 8
     with pytest.raises(ModelNotFoundError, match="shipped demo model"):
         registered_model_dir("topksiglip-demo")

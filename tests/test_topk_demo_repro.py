@@ -35,7 +35,7 @@ demo.DEMO_CONFIG = recipe
 run_config, task_config = demo.build_recipe(sys.argv[1])
 task = build_task(task_config, run_config)
 train(task, run_config)
-from medvl_engine.models.topksiglip import load_topksiglip
+from medvl_engine.models.topksiglip_folder import load_topksiglip
 model = load_topksiglip(sys.argv[1] + "/final")
 state = {
     k: v.float().numpy() for k, v in model.state_dict().items() if not k.startswith("text_model.")

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from _topk_helpers import tiny_values
 from medvl_engine.cli.train import main as train_main
-from medvl_engine.models.topksiglip import load_topksiglip, save_topksiglip
+from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig, build_task
 from test_train_ddp_gather import _free_port, _join_group, _leave, _spawn_ranks

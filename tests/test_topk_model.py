@@ -13,7 +13,8 @@ from _topk_helpers import tiny_model
 from medvl_engine.errors import ModelNotFoundError
 from medvl_engine.losses import sup_sigmoid_loss, tabular_similarity
 from medvl_engine.models._clip_text import extend_position_embeddings
-from medvl_engine.models.topksiglip import load_topksiglip, predict_topk, save_topksiglip
+from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
+from medvl_engine.models.topksiglip_inference import predict_topk
 
 torch.set_num_threads(1)
 

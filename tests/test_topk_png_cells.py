@@ -6,7 +6,7 @@ import numpy as np
 from PIL import Image
 
 from medvl_engine.export import write_topk_outputs
-from medvl_engine.models.topksiglip import TopKResult
+from medvl_engine.models.topksiglip_inference import TopKResult
 
 
 def _result(bounds: np.ndarray) -> TopKResult:

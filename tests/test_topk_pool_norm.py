@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from _topk_helpers import tiny_model
-from medvl_engine.models.topksiglip import load_topksiglip, save_topksiglip
+from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
 
 torch.set_num_threads(1)
 

@@ -18,7 +18,8 @@ from medvl_engine.evaluation.mammography import (
     localisation_metrics,
     zero_shot_metrics,
 )
-from medvl_engine.models.topksiglip import build_topksiglip, load_topksiglip
+from medvl_engine.models.topksiglip import build_topksiglip
+from medvl_engine.models.topksiglip_folder import load_topksiglip
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training.topksiglip_task import (
     TopKSigLIPTask,

@@ -1,8 +1,11 @@
 """Which models a user can pick: registry names and model folders found on disk.
 
-Two families: ``"topksiglip"`` (mammography, :func:`medvl_engine.models.topksiglip.load_topksiglip`)
+Two families: ``"topksiglip"`` (mammography,
+:func:`medvl_engine.models.topksiglip_folder.load_topksiglip`)
 and ``"encoder"`` (pathology patch/text encoders, :func:`medvl_engine.encoders.load_encoder`).
-Folders are found by their ``config.json`` ``model_type`` (never by their name) in the cache's
+Names and folders come from :mod:`medvl_engine.encoders.resolve` (imported on first use, so
+importing this module loads no torch); folders are found by their
+``config.json`` ``model_type`` (never by their name) in the cache's
 ``models/`` folder and in ``runs/<run>/best`` (what ``medvl-train`` saves), two levels deep
 at most, so listing stays a handful of small file reads.
 """
@@ -16,8 +19,6 @@ from pathlib import Path
 __all__ = ["ModelChoice", "list_models", "topk_candidates"]
 
 FAMILIES = ("topksiglip", "encoder")
-_TOPK_TYPE = "medvl-topksiglip"
-_MAX_CONFIG_BYTES = 1 << 20
 _MAX_FOLDERS = 200
 
 
@@ -28,18 +29,6 @@ class ModelChoice:
     label: str
     value: str
     registered: bool
-
-
-def _model_type(folder: Path) -> str | None:
-    config = folder / "config.json"
-    try:
-        if not config.is_file() or config.stat().st_size > _MAX_CONFIG_BYTES:
-            return None
-        values = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    model_type = values.get("model_type") if isinstance(values, dict) else None
-    return model_type if isinstance(model_type, str) else None
 
 
 def _folders_on_disk(root: Path) -> list[Path]:
@@ -56,9 +45,11 @@ def _folders_on_disk(root: Path) -> list[Path]:
 
 
 def _belongs(family: str, model_type: str | None) -> bool:
+    from medvl_engine.encoders.resolve import TOPKSIGLIP_MODEL_TYPE
+
     if model_type is None:
         return False
-    return (model_type == _TOPK_TYPE) == (family == "topksiglip")
+    return (model_type == TOPKSIGLIP_MODEL_TYPE) == (family == "topksiglip")
 
 
 def list_models(family: str, cache: Path | None = None) -> list[ModelChoice]:
@@ -70,23 +61,24 @@ def list_models(family: str, cache: Path | None = None) -> list[ModelChoice]:
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     from medvl_engine._cache import cache_dir
+    from medvl_engine.encoders.resolve import (
+        available_encoders,
+        named_topksiglip_models,
+        read_model_type,
+    )
 
     root = Path(cache) if cache is not None else cache_dir()
     choices: list[ModelChoice] = []
     registered_folders: set[Path] = set()
     if family == "topksiglip":
-        from medvl_engine.models.topksiglip import MODEL_REGISTRY
-
-        for name, relative in MODEL_REGISTRY.items():
+        for name, folder in named_topksiglip_models().items():
             choices.append(ModelChoice(name, name, True))
-            registered_folders.add((root / relative).resolve())
+            registered_folders.add(folder.resolve())
     else:
-        from medvl_engine.encoders import available_encoders
-
         for entry in available_encoders():
             choices.append(ModelChoice(entry.name, entry.name, True))
     for folder in _folders_on_disk(root):
-        if folder.resolve() in registered_folders or not _belongs(family, _model_type(folder)):
+        if folder.resolve() in registered_folders or not _belongs(family, read_model_type(folder)):
             continue
         try:
             label = str(folder.relative_to(root))
@@ -102,13 +94,18 @@ def topk_candidates(name_or_path: str | Path) -> int | None:
     None when the model cannot be found or its config does not say (the loader then gives
     the reason when the model is used).
     """
-    from medvl_engine.models.topksiglip import TopKSigLIPConfig, resolve_model
+    from medvl_engine.encoders.resolve import (
+        TOPKSIGLIP_MODEL_TYPE,
+        read_model_type,
+        resolve_topksiglip,
+    )
+    from medvl_engine.models.topksiglip import TopKSigLIPConfig
 
     try:
-        folder = resolve_model(name_or_path)
+        folder = resolve_topksiglip(name_or_path).path
     except Exception:  # not found: the loader names the problem when the model is run
         return None
-    if _model_type(folder) != _TOPK_TYPE:
+    if read_model_type(folder) != TOPKSIGLIP_MODEL_TYPE:
         return None
     try:
         values = json.loads((folder / "config.json").read_text(encoding="utf-8"))

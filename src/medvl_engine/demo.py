@@ -122,7 +122,7 @@ def _load_models(model: str, topk_model: str) -> tuple[Future, Future]:
         return load_encoder(model)
 
     def topk() -> Any:
-        from medvl_engine.models.topksiglip import load_topksiglip
+        from medvl_engine.models.topksiglip_folder import load_topksiglip
 
         return load_topksiglip(topk_model)
 
@@ -161,7 +161,7 @@ def _run_mammography(
     scene: DemoScene, model: str, loading: Future, k: int | None, progress: Progress
 ) -> None:
     from medvl_engine.io.mammo import breast_image, open_mammogram
-    from medvl_engine.models.topksiglip import predict_topk
+    from medvl_engine.models.topksiglip_inference import predict_topk
 
     scene.topk_model = model
     try:

@@ -403,7 +403,7 @@ def topk_layers(
 ) -> list[LayerData]:
     """Layers for a TopK result: boxes on each source view plus the importance map.
 
-    ``result`` follows medvl_engine.models.topksiglip.TopKResult (boxes / ranks / scores
+    ``result`` follows medvl_engine.models.topksiglip_inference.TopKResult (boxes / ranks / scores
     per view in that view's source px (x0, y0, x1, y1)); ``view_frames`` holds the world
     frame of the CC and MLO image layers (their side-by-side offsets). The result, the
     breast image and the ``sources`` (view -> file) stay in each layer's metadata for

@@ -44,7 +44,8 @@ def topk_job(
 ) -> Generator[Progress, None, TopKOutcome]:
     """Generator job: load the model (once), build the breast image, run TopK-Patch."""
     from medvl_engine.io.mammo import breast_image
-    from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
+    from medvl_engine.models.topksiglip_folder import load_topksiglip
+    from medvl_engine.models.topksiglip_inference import predict_topk
 
     model = models.get(request.model)
     if model is None:

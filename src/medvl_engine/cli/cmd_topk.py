@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from medvl_engine._atomic import atomic_group
     from medvl_engine.export import write_topk_outputs
     from medvl_engine.io.mammo import breast_image, check_pair, open_mammogram
-    from medvl_engine.models.topksiglip import load_topksiglip, predict_topk
+    from medvl_engine.models.topksiglip_folder import load_topksiglip
+    from medvl_engine.models.topksiglip_inference import predict_topk
 
     cc = open_mammogram(args.cc, voi_index=args.voi_index)
     mlo = open_mammogram(args.mlo, voi_index=args.voi_index)

@@ -9,13 +9,9 @@ from medvl_engine.encoders._base import PatchTextEncoder
 from medvl_engine.encoders._conch import TextTowerUnavailableError
 from medvl_engine.encoders._paired import PAIRED_MODEL_TYPE, save_text_tower_folder
 from medvl_engine.encoders._preprocess import ImagePreprocess
-from medvl_engine.encoders._registry import (
-    RegistryEntry,
-    available_encoders,
-    load_encoder,
-    register_model_type,
-)
+from medvl_engine.encoders._registry import load_encoder, register_model_type
 from medvl_engine.encoders._text_tower import TextTower, load_text_tower
+from medvl_engine.encoders.resolve import RegistryEntry, available_encoders
 
 __all__ = [
     "PAIRED_MODEL_TYPE",

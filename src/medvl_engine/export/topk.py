@@ -25,7 +25,7 @@ from medvl_engine.errors import ExportError
 from medvl_engine.export.image import with_footer
 
 if TYPE_CHECKING:
-    from medvl_engine.models.topksiglip import TopKResult
+    from medvl_engine.models.topksiglip_inference import TopKResult
 
 __all__ = ["render_topk_png", "topk_geojson", "write_topk_outputs"]
 

@@ -273,7 +273,7 @@ def rebuild_shipped(
     from medvl_engine._atomic import atomic_directory
     from medvl_engine._cache import cache_dir
     from medvl_engine.demo_models import SHIPPED_ROOT
-    from medvl_engine.models.topksiglip import load_topksiglip, save_topksiglip
+    from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
     from medvl_engine.synthetic import MAMMO_GENERATOR_VERSION
     from medvl_engine.training.loop import train
     from medvl_engine.training.topksiglip_eval import RESULT_NAME

@@ -40,7 +40,7 @@ __all__ = [
     "LimitTaskConfig",
     "LimitTask",
     "build_task",
-    "load_text_tower",
+    "load_trainable_text_tower",
     "report",
 ]
 
@@ -105,15 +105,9 @@ CONFIG_CLASS = LimitTaskConfig
 _TOWER_FOLDER_TYPES = ("medvl-text-tower", "medvl-demo")
 
 
-def _is_conch_checkpoint(path: Path) -> bool:
-    """A CONCH v1 checkpoint: a ``.bin``/``.pt`` file, or a folder with one and no config.json."""
-    if path.is_file():
-        return path.suffix in (".bin", ".pt", ".pth")
-    return (path / "pytorch_model.bin").is_file() and not (path / "config.json").is_file()
-
-
-def _folder_model_type(folder: Path) -> str | None:
-    """The folder's model_type; a CONCH text tower inside is made loadable (needs ``conch``)."""
+def _make_conch_text_loadable(folder: Path) -> None:
+    """Register the CONCH text model with transformers when the folder's text tower is one
+    (needs ``conch``, and says so at once when it is missing)."""
     from medvl_engine.encoders._conch import require_conch
     from medvl_engine.encoders._folder_checks import read_config
 
@@ -123,10 +117,9 @@ def _folder_model_type(folder: Path) -> str | None:
 
         require_conch(f"The CONCH text tower in {folder}")
         register_conch_text()
-    return config.get("model_type")
 
 
-def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> nn.Module:
+def load_trainable_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> nn.Module:
     """A trainable :class:`medvl_engine.encoders.TextTower` from a name or a folder.
 
     spec: a registry name whose encoder has a text tower (``medvl-demo``, ``conch-v1``), a
@@ -137,6 +130,7 @@ def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> 
     """
     from medvl_engine.encoders import TextTower, available_encoders, load_encoder
     from medvl_engine.encoders._conch import require_conch
+    from medvl_engine.encoders.resolve import model_kind_on_disk
 
     folder = Path(spec).expanduser()
     registry = {entry.name: entry for entry in available_encoders()}
@@ -149,7 +143,8 @@ def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> 
                 f"encoder {spec!r} has no trainable text tower in medvl; give a text model folder."
             )
         return tower.train()
-    if folder.exists() and _is_conch_checkpoint(folder):
+    model_type = model_kind_on_disk(folder) if folder.exists() else None
+    if model_type == "conch-v1" and not (folder / "config.json").is_file():
         require_conch(f"task.text_model={spec} (a CONCH checkpoint)")
         return load_encoder(folder, model_type="conch-v1").text_tower.train()
     if not (folder / "config.json").is_file():
@@ -157,7 +152,7 @@ def load_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> 
             f"text model {spec!r} is neither a registered encoder nor a folder with config.json; "
             "set task.text_model to medvl-demo, conch-v1 or a model folder."
         )
-    model_type = _folder_model_type(folder)
+    _make_conch_text_loadable(folder)
     if model_type in _TOWER_FOLDER_TYPES:
         return load_limit_model(folder).text_tower.train()
     from transformers import AutoModel, AutoTokenizer, CLIPTextModel
@@ -338,7 +333,9 @@ class LimitTask:
     # -- model ---------------------------------------------------------------------------
     def build_model(self) -> LimitModel:
         config = self.config
-        tower = load_text_tower(config.text_model, config.text_pooling, config.max_text_length)
+        tower = load_trainable_text_tower(
+            config.text_model, config.text_pooling, config.max_text_length
+        )
         target = config.projection_dim or self.feature_dim
         if target != self.feature_dim:
             raise ConfigError(
@@ -367,7 +364,7 @@ class LimitTask:
 
     def load_saved(self, folder: Path) -> LimitModel:
         """The LIMIT model saved in ``folder`` (a CONCH text tower inside needs ``conch``)."""
-        _folder_model_type(folder)
+        _make_conch_text_loadable(folder)
         return load_limit_model(folder)
 
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:

@@ -48,12 +48,8 @@ from medvl_engine.losses import (
     tabular_similarity,
 )
 from medvl_engine.models.topk import selection_mask
-from medvl_engine.models.topksiglip import (
-    TopKSigLIP,
-    TopKSigLIPConfig,
-    build_topksiglip,
-    save_topksiglip,
-)
+from medvl_engine.models.topksiglip import TopKSigLIP, TopKSigLIPConfig, build_topksiglip
+from medvl_engine.models.topksiglip_folder import save_topksiglip
 from medvl_engine.training.config import RunConfig
 from medvl_engine.training.distributed import gather_with_grad, shard_indices
 from medvl_engine.training.task import unwrap_model
@@ -410,7 +406,7 @@ class TopKSigLIPTask:
 
     def load_saved(self, source: str | Path, device: str | torch.device = "cpu") -> TopKSigLIP:
         """A saved model (folder or registered name) whose patch geometry is this task's."""
-        from medvl_engine.models.topksiglip import load_topksiglip
+        from medvl_engine.models.topksiglip_folder import load_topksiglip
 
         model = load_topksiglip(source, device=device)
         if model.geometry != self.geometry:
@@ -581,7 +577,7 @@ class TopKSigLIPTask:
         """Save a model folder; the final model also goes to the cache folder of ``install_as``."""
         save_topksiglip(unwrap_model(model), directory)
         if self.config.install_as and Path(directory) == self.out_dir / "final":
-            from medvl_engine.models.topksiglip import registered_model_dir
+            from medvl_engine.encoders.resolve import registered_model_dir
 
             save_topksiglip(unwrap_model(model), registered_model_dir(self.config.install_as))
 
@@ -590,7 +586,7 @@ def build_task(task_config: TopKSigLIPTaskConfig, run_config: RunConfig) -> TopK
     """The task for ``medvl-train topksiglip``; an unusable ``install_as`` name (the shipped
     demo's, or a path) stops here, before any data is made or any step is trained."""
     if task_config.install_as:
-        from medvl_engine.models.topksiglip import registered_model_dir
+        from medvl_engine.encoders.resolve import registered_model_dir
 
         registered_model_dir(task_config.install_as)
     return TopKSigLIPTask(task_config, run_config)
