@@ -1,7 +1,8 @@
 """The import graph of both packages: no cycle between files or packages, and the layer order holds.
 
 Every ``import`` and ``from ... import`` is read with :mod:`ast`, including imports inside
-functions (they run later, but they still tie the two modules together); only imports under
+functions (they run later, but they still tie the two modules together), and a package face
+built with ``lazy_exports`` counts as importing the submodules it names; only imports under
 ``if TYPE_CHECKING:`` are exempt, because they never run.
 """
 
@@ -124,7 +125,27 @@ def imported_names(module: str, path: Path, type_checking: bool = False) -> set[
         )
         for alias in node.names:
             names.add(f"{source}.{alias.name}" if alias.name != "*" else source)
+    names.update(f"{module}.{home}" for home in _lazy_homes(tree))
     return names
+
+
+def _lazy_homes(tree: ast.AST) -> set[str]:
+    """Submodules a package face imports by name on first use: the string values of the dict
+    passed to ``lazy_exports(__name__, {public name: submodule})`` (:mod:`medvl_engine._lazy`)."""
+    homes: set[str] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "lazy_exports"
+            and len(node.args) == 2
+            and isinstance(node.args[1], ast.Dict)
+        ):
+            homes.update(
+                value.value
+                for value in node.args[1].values
+                if isinstance(value, ast.Constant) and isinstance(value.value, str)
+            )
+    return homes
 
 
 def import_graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
@@ -304,6 +325,24 @@ def test_walker_finds_a_cycle_through_an_import_inside_a_function(tmp_path):
         "medvl_engine.x": {"medvl_engine.y"},
         "medvl_engine.y": set(),
     }
+
+
+def test_walker_follows_a_lazy_package_face_to_its_submodules(tmp_path):
+    _write_fake_package(
+        tmp_path,
+        {
+            "fake/__init__.py": "",
+            "fake/_lazy.py": "def lazy_exports(package, homes): ...\n",
+            "fake/face/__init__.py": (
+                "from fake._lazy import lazy_exports\n"
+                "__getattr__, __dir__ = lazy_exports(__name__, {'thing': 'home'})\n"
+            ),
+            "fake/face/home.py": "from fake.face import other\n",
+        },
+    )
+    graph = import_graph(tmp_path, ["fake"])
+    assert graph["fake.face"] == {"fake._lazy", "fake.face.home"}
+    assert find_cycle(graph) == ["fake.face", "fake.face.home", "fake.face"]
 
 
 def test_walker_exempts_only_type_checking_imports(tmp_path):
