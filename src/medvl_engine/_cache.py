@@ -1,4 +1,7 @@
-"""Where the engine keeps things it can rebuild: fitted demo models, feature stores."""
+"""Where medvl keeps what it can rebuild: fitted models, feature stores, sample data.
+
+One folder for the engine and the plugin: ``$MEDVL_CACHE`` if set, else ``~/.cache/medvl``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,13 @@ from pathlib import Path
 __all__ = ["cache_dir"]
 
 
-def cache_dir() -> Path:
-    """MEDVL_CACHE if set, else ~/.cache/medvl (not created here)."""
-    return Path(os.environ.get("MEDVL_CACHE") or Path.home() / ".cache" / "medvl").expanduser()
+def cache_dir(*parts: str, create: bool = False) -> Path:
+    """``$MEDVL_CACHE`` (default ``~/.cache/medvl``) joined with ``parts``.
+
+    create: make the folder (and its parents) if missing; by default nothing is created.
+    """
+    root = Path(os.environ.get("MEDVL_CACHE") or Path.home() / ".cache" / "medvl").expanduser()
+    folder = root.joinpath(*parts)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from napari_medvl._cache import cache_dir
+from medvl_engine._cache import cache_dir
 from napari_medvl._partial_features import PartialFeatures, patches_in_view
 from napari_medvl._progress import Progress, run_with_progress
 
@@ -101,7 +101,7 @@ class FeatureCache:
     loading: dict[str, threading.Event] = field(default_factory=dict)
 
     def folder(self) -> Path:
-        return self.root if self.root is not None else cache_dir("features")
+        return self.root if self.root is not None else cache_dir("features", create=True)
 
     def remember(self, slide: Any, model: str, encoder: Any, store: Any) -> None:
         """Keep an encoder and a slide's feature store computed elsewhere (e.g. by the demo)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from medvl_engine import atomic_directory
-from napari_medvl._cache import cache_dir
+from medvl_engine._cache import cache_dir
 from napari_medvl._layers import LayerData, mammogram_layers, slide_layer
 
 __all__ = [
@@ -34,7 +34,7 @@ _SAMPLE_VERSION = "v1"
 
 def _generate_once(name: str, make: Callable[[Path], dict]) -> dict:
     """Run ``make(folder)`` once per cache; returns the dict it wrote to info.json."""
-    final = cache_dir("samples") / f"{name}-{_SAMPLE_VERSION}"
+    final = cache_dir("samples", create=True) / f"{name}-{_SAMPLE_VERSION}"
     info_path = final / "info.json"
     if info_path.is_file():
         return json.loads(info_path.read_text())
@@ -62,7 +62,7 @@ def ensure_sample_slide() -> Path:
         return {"slide": Path(made.path).name, "report": made.report}
 
     info = _generate_once("slide", make)
-    return cache_dir("samples") / f"slide-{_SAMPLE_VERSION}" / info["slide"]
+    return cache_dir("samples", create=True) / f"slide-{_SAMPLE_VERSION}" / info["slide"]
 
 
 def ensure_sample_mammograms() -> tuple[Path, Path]:
@@ -79,7 +79,7 @@ def ensure_sample_mammograms() -> tuple[Path, Path]:
         }
 
     info = _generate_once("mammograms", make)
-    folder = cache_dir("samples") / f"mammograms-{_SAMPLE_VERSION}"
+    folder = cache_dir("samples", create=True) / f"mammograms-{_SAMPLE_VERSION}"
     return folder / info["cc"], folder / info["mlo"]
 
 
@@ -115,7 +115,7 @@ def ensure_sample_exam() -> list[Path]:
         return {"views": files}
 
     info = _generate_once("exam", make)
-    folder = cache_dir("samples") / f"exam-{_SAMPLE_VERSION}"
+    folder = cache_dir("samples", create=True) / f"exam-{_SAMPLE_VERSION}"
     return [folder / name for name in info["views"]]
 
 
