@@ -66,7 +66,7 @@ def test_library_logs_and_warnings_are_held_back_for_a_command(verbose, caplog, 
     import logging
     import warnings
 
-    from medvl_engine.cli._console import command_session
+    from medvl_engine._console import command_session
 
     with command_session(verbose=verbose):
         for name in ("tifffile", "tiffslide", "pydicom", "zarr", "PIL.TiffImagePlugin"):

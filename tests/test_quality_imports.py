@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,70 @@ def test_every_engine_package_names_its_public_api_and_each_name_resolves():
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
     )
     assert json.loads(done.stdout.splitlines()[-1]) == {}
+
+
+VIEWER_PACKAGES = (
+    "napari",
+    "qtpy",
+    "PyQt5",
+    "PyQt6",
+    "PySide2",
+    "PySide6",
+    "magicgui",
+    "superqt",
+    "vispy",
+)
+
+_BLOCK_VIEWER = f"""
+import importlib.abc, sys
+
+class _NoViewer(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {VIEWER_PACKAGES!r}:
+            raise ImportError(f"{{name}} is not installed (blocked)")
+        return None
+
+sys.meta_path.insert(0, _NoViewer())
+"""
+
+
+def test_engine_imports_and_runs_without_any_viewer_package(tmp_path):
+    probe = _BLOCK_VIEWER + (
+        "import importlib, pkgutil, sys\n"
+        "import medvl_engine\n"
+        "for info in pkgutil.walk_packages(medvl_engine.__path__, 'medvl_engine.'):\n"
+        "    if not info.name.endswith('__main__'):\n"
+        "        importlib.import_module(info.name)\n"
+        "from medvl_engine.synthetic import make_mammogram_case, make_synthetic_slide\n"
+        f"slide = make_synthetic_slide({str(tmp_path / 'slide.tiff')!r}, seed=0, size=(512, 512))\n"
+        f"case = make_mammogram_case({str(tmp_path)!r}, seed=0, size=(256, 160))\n"
+        "from medvl_engine.cli.main import main\n"
+        "status = main(['info', '--json', str(slide.path), str(case.cc_path)])\n"
+        "blocked = sorted(n for n in sys.modules if n.split('.')[0] in "
+        f"{VIEWER_PACKAGES!r})\n"
+        "print('loaded viewer modules:', blocked)\n"
+        "sys.exit(status)\n"
+    )
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "MEDVL_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environment,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    described = json.loads(done.stdout[: done.stdout.rindex("loaded viewer modules:")])
+    assert [entry["kind"] for entry in described] == ["slide", "mammogram"]
+    assert "loaded viewer modules: []" in done.stdout
+
+
+def test_the_plugin_reaches_the_engine_through_its_api_not_the_command_line():
+    plugin = ENGINE.parent / "napari_medvl"
+    offenders = {
+        str(path.relative_to(plugin)): sorted(
+            name for name in _imported_modules(path) if name.startswith("medvl_engine.cli")
+        )
+        for path in plugin.rglob("*.py")
+    }
+    assert {file: names for file, names in offenders.items() if names} == {}

@@ -6,11 +6,13 @@ pathology model for a text prompt (heatmap + top patches) and the TopK mammograp
 names (``medvl-demo``, ``topksiglip-demo``) resolve to the models shipped in
 :mod:`medvl_engine.demo_models`. A missing model is reported as a note and the scene goes on
 without that overlay. Every stage's wall time is kept in ``scene.timings``. Used headless by
-``medvl demo`` and, with a viewer, by the plugin's demo (``make demo``).
+``medvl demo`` and, with a viewer, by the plugin's demo (``make demo``); both take the options
+of :func:`add_arguments` and print with :func:`say` and :func:`report`.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import time
 from collections.abc import Callable, Iterator
@@ -19,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from medvl_engine.errors import ConfigError, MedVLError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from medvl_engine.synthetic import SyntheticMammoCase
 
 __all__ = [
@@ -31,8 +33,11 @@ __all__ = [
     "DEMO_SLIDE_CLASSES",
     "DEMO_SLIDE_SIZE",
     "DemoScene",
+    "add_arguments",
     "build_scene",
     "format_timings",
+    "report",
+    "say",
     "write_scene",
 ]
 
@@ -225,6 +230,7 @@ _PREVIEW_PX = 1600
 
 
 def _write_png(path: Path, pixels: np.ndarray) -> Path:
+    import numpy as np
     from PIL import Image
 
     from medvl_engine._atomic import atomic_write
@@ -270,6 +276,8 @@ def _write_mammograms(scene: DemoScene) -> list[Path]:
                 scene.topk, scene.breast.image, sources, targets, model=scene.topk_model
             )
         )
+    import numpy as np
+
     from medvl_engine.io.mammo import open_mammogram
 
     views = [open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)]
@@ -293,3 +301,59 @@ def write_scene(scene: DemoScene) -> list[Path]:
     with scene.stage("mammogram exports"):
         written.extend(_write_mammograms(scene))
     return written
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options (``--out``, ``--prompt``, ``--model``, ``--topk-model``, ``--k``,
+    ``--slide-size``), shared by ``medvl demo`` and ``napari-medvl-demo``."""
+    parser.add_argument("--out", type=Path, default=Path("demo-output"), help="output folder")
+    parser.add_argument("--prompt", default="tumor", help="text prompt for the slide heatmap")
+    parser.add_argument("--model", default="medvl-demo", help="pathology encoder name or folder")
+    parser.add_argument(
+        "--topk-model", default="topksiglip-demo", help="TopKSigLIP model name or folder"
+    )
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="TopK patches per breast (default: the K the TopK model was trained with)",
+    )
+    parser.add_argument(
+        "--slide-size",
+        type=_size,
+        default=None,
+        metavar="WxH",
+        help="synthetic slide size in level-0 px (default 3072x2048)",
+    )
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT, e.g. 3072x2048") from None
+    if width < 256 or height < 256:
+        raise argparse.ArgumentTypeError(f"slide size {text} is too small; use at least 256x256")
+    return width, height
+
+
+def say(message: str) -> None:
+    """Print one progress line of the demo."""
+    print(f"medvl demo: {message}", flush=True)
+
+
+def report(scene: DemoScene, written: list[Path]) -> None:
+    """Print the demo's notes, what each model is, the stage timings and the files written."""
+    from medvl_engine.demo_models import demo_notice_for
+
+    for note in scene.notes:
+        say(note)
+    results = ((scene.model, scene.heatmap), (scene.topk_model, scene.topk))
+    for model, result in results:
+        notice = demo_notice_for(model)
+        if result is not None and notice:
+            say(f"{model}: {notice}")
+    say(f"timings: {format_timings(scene.timings)}")
+    say(f"wrote {len(written)} file(s):")
+    for path in written:
+        print(path)

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from medvl_engine.cli import cmd_demo
+from medvl_engine import demo
 from medvl_engine.errors import MedVLError
 
 __all__ = ["display_available", "main", "virtual_display"]
@@ -34,7 +34,7 @@ def display_available() -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="napari-medvl-demo", description=__doc__.splitlines()[0])
-    cmd_demo.add_arguments(parser)
+    demo.add_arguments(parser)
     parser.add_argument(
         "--headless", action="store_true", help="write files even when a display is available"
     )
@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 with one sentence on a MedVLError)."""
-    from medvl_engine.cli._console import command_session
+    from medvl_engine._console import command_session
 
     args = _parser().parse_args(argv)
     try:
@@ -60,16 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from medvl_engine.demo import build_scene, write_scene
-
-    scene = build_scene(
+    scene = demo.build_scene(
         args.out,
         args.prompt,
         args.model,
         args.topk_model,
         args.k,
         args.slide_size,
-        progress=cmd_demo.say,
+        progress=demo.say,
     )
     show = display_available() and not args.headless
     if show and not virtual_display():
@@ -77,13 +75,13 @@ def _run(args: argparse.Namespace) -> int:
 
         show_scene(scene)
         return 0
-    written = write_scene(scene)
+    written = demo.write_scene(scene)
     if show:
         from napari_medvl._demo_viewer import save_screenshots, show_scene
 
         with scene.stage("viewer screenshots"):
             written.extend(save_screenshots(show_scene(scene, run=False), scene.out))
-    cmd_demo.report(scene, written)
+    demo.report(scene, written)
     return 0
 
 

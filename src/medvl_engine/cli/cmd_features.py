@@ -14,7 +14,7 @@ import argparse
 import os
 from pathlib import Path
 
-from medvl_engine.cli._console import end_progress_line, printable, report_error
+from medvl_engine._console import end_progress_line, printable, report_error
 
 HELP = "extract patch features of slides into zarr stores (resumable, shardable)"
 

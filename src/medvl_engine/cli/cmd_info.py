@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from medvl_engine.cli._console import printable
+from medvl_engine._console import printable
 
 HELP = "describe slides and mammograms (levels, mpp, laterality, view, VOI, ...)"
 
@@ -142,7 +142,7 @@ def _format_text(info: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine.cli._console import report_error
+    from medvl_engine._console import report_error
     from medvl_engine.errors import MedVLError
     from medvl_engine.io.kind import detect_kind
 

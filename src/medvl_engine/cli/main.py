@@ -19,8 +19,8 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+from medvl_engine._console import command_session, report_error, report_stop
 from medvl_engine._termination import Terminated, stop_signals_raise
-from medvl_engine.cli._console import command_session, report_error, report_stop
 from medvl_engine.errors import MedVLError
 
 __all__ = ["build_parser", "main"]

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from medvl_engine._console import command_session, report_error, report_stop
 from medvl_engine._termination import Terminated, stop_signals_raise
-from medvl_engine.cli._console import command_session, report_error, report_stop
 from medvl_engine.errors import ConfigError, MedVLError
 
 __all__ = ["build_parser", "main", "split_action", "task_actions"]

@@ -1,4 +1,4 @@
-"""How `medvl` and `medvl-train` talk on the terminal.
+"""How `medvl`, `medvl-train` and `napari-medvl-demo` talk on the terminal.
 
 On failure stderr holds one line: our sentence. For the run of a command the log records and
 Python warnings of the file-format libraries are kept off the terminal (``--verbose`` lets
