@@ -1,4 +1,5 @@
 # Two commands do all their own set-up: `make demo` and `make test`.
+# `make check-core` installs the engine alone (no napari, no Qt) in a fresh venv and runs it.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,7 +7,7 @@ STAMP := $(VENV)/.medvl-installed
 DEV_STAMP := $(VENV)/.medvl-dev-installed
 TORCH_CPU := torch==2.13.0
 
-.PHONY: demo demo-models test lint bench clean install
+.PHONY: demo demo-models test check-core lint bench clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,11 +18,11 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_CPU) \
 		|| $(PY) -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
-	$(PY) -m pip install -q -e ".[qt,text]"
+	$(PY) -m pip install -q -e ".[napari,text]"
 	touch $@
 
 $(DEV_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[qt,text,dev]"
+	$(PY) -m pip install -q -e ".[napari,text,dev]"
 	touch $@
 
 install: $(STAMP)
@@ -35,6 +36,10 @@ demo-models: $(STAMP)
 
 test: $(DEV_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 tools/with_display.sh $(PY) -m pytest -q
+
+# The core install (`pip install .`, no extras) in a fresh venv outside the checkout.
+check-core:
+	PYTHON=$(PYTHON) TORCH_CPU=$(TORCH_CPU) tools/check_core.sh
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench

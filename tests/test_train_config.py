@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,16 @@ def test_unknown_yaml_keys_and_sections_are_rejected(tmp_path):
         load_config(tmp_path / "missing.yaml", [], _TaskConfig)
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(_write(tmp_path, "run: [unclosed\n"), [], _TaskConfig)
+
+
+@pytest.mark.parametrize(
+    "config", sorted(path.name for path in (Path(__file__).parents[1] / "train").glob("*.yaml"))
+)
+def test_every_shipped_config_loads_with_its_task_settings(config):
+    from medvl_engine.training.registry import task_module, task_names
+
+    task = next(name for name in task_names() if config.startswith(f"{name}_"))
+    path = Path(__file__).parents[1] / "train" / config
+    run, settings = load_config(path, [], task_module(task).CONFIG_CLASS)
+    assert isinstance(run, RunConfig) and run.out_dir
+    assert dataclasses.is_dataclass(settings)
