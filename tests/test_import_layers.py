@@ -31,6 +31,7 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
         "_privacy",
         "_colormap",
         "_cache",
+        "_console",  # how the commands (medvl, medvl-train, napari-medvl-demo) use the terminal
         "demo_models",
         "_model_label",
     ),
