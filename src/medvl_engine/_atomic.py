@@ -174,13 +174,14 @@ def atomic_group() -> Iterator[None]:
         return
     group = _Group()
     token = _active_group.set(group)
+    reset = False
     try:
         yield
         _active_group.reset(token)
-        token = None
+        reset = True
         group.commit()
     finally:
-        if token is not None:
+        if not reset:
             _active_group.reset(token)
         group.discard()
 
@@ -396,6 +397,8 @@ def _remove_temporary(path: Path, is_folder: bool) -> bool:
         return True
     previous = path / "previous"
     stem = _TEMPORARY_NAME.match(path.name) or _LEGACY_FOLDER.match(path.name)
+    if stem is None:
+        return False
     final = path.parent / (stem["name"] if "name" in stem.groupdict() else stem["stem"])
     if previous.is_dir() and not os.path.lexists(final):
         try:

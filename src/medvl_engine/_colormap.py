@@ -146,4 +146,4 @@ def _interpolate(anchors: np.ndarray, position: np.ndarray) -> np.ndarray:
     scaled = position * (len(anchors) - 1)
     low = np.minimum(scaled.astype(np.int64), len(anchors) - 2)
     fraction = (scaled - low)[..., None]
-    return anchors[low] * (1 - fraction) + anchors[low + 1] * fraction
+    return np.asarray(anchors[low] * (1 - fraction) + anchors[low + 1] * fraction)

@@ -8,6 +8,7 @@ as a notification.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __all__ = [
@@ -30,7 +31,7 @@ class MedVLError(Exception):
 
     exit_code: int = 2
 
-    def __init__(self, message: str, path: str | Path | None = None) -> None:
+    def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
         super().__init__(message)
         self.path = Path(path) if path is not None else None
 

@@ -64,11 +64,11 @@ def pen_mask(rgb: np.ndarray) -> np.ndarray:
 
 
 def _channel_max(rgb: np.ndarray) -> np.ndarray:
-    return np.maximum(np.maximum(rgb[..., 0], rgb[..., 1]), rgb[..., 2])
+    return np.asarray(np.maximum(np.maximum(rgb[..., 0], rgb[..., 1]), rgb[..., 2]))
 
 
 def _channel_min(rgb: np.ndarray) -> np.ndarray:
-    return np.minimum(np.minimum(rgb[..., 0], rgb[..., 1]), rgb[..., 2])
+    return np.asarray(np.minimum(np.minimum(rgb[..., 0], rgb[..., 1]), rgb[..., 2]))
 
 
 def _is_dark_field(brightness: np.ndarray) -> bool:

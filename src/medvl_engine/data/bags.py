@@ -46,7 +46,10 @@ def _read_zarr(path: Path) -> np.ndarray:
         ) from None
     if "features" not in group:
         raise DataError(f"feature store {path} has no 'features' array; re-extract it.", path)
-    return np.asarray(group["features"][...])
+    features = group["features"]
+    if not isinstance(features, zarr.Array):
+        raise DataError(f"feature store {path} has no 'features' array; re-extract it.", path)
+    return np.asarray(features[...])
 
 
 def read_bag_features(path: str | Path) -> torch.Tensor:

@@ -93,7 +93,7 @@ class BreastImage:
 def _apply(matrix: np.ndarray, points_xy: npt.ArrayLike) -> np.ndarray:
     points = np.asarray(points_xy, dtype=np.float64).reshape(-1, 2)
     homogeneous = np.column_stack([points, np.ones(len(points))])
-    return (homogeneous @ matrix.T)[:, :2]
+    return np.asarray((homogeneous @ matrix.T)[:, :2])
 
 
 def _map_boxes(matrix: np.ndarray, boxes: npt.ArrayLike) -> np.ndarray:

@@ -105,7 +105,7 @@ def _lut(path: Path, item: Any, where: str, values: np.ndarray, apply: Any) -> n
         raise CorruptFileError(
             f"{path.name}: its {where} holds an empty table; fix the file or re-export it.", path
         )
-    return apply(values, descriptor, table)
+    return np.asarray(apply(values, descriptor, table))
 
 
 def _number_label(value: Any) -> str:
@@ -246,7 +246,7 @@ def palette_pixels(path: Path, dataset: Dataset, indices: np.ndarray) -> np.ndar
             "unknown; re-export the image as MONOCHROME2.",
             path,
         )
-    from pydicom.pixels import apply_color_lut
+    from pydicom.pixels.processing import apply_color_lut
 
     try:
         rgb = np.asarray(apply_color_lut(indices, dataset))
@@ -258,4 +258,4 @@ def palette_pixels(path: Path, dataset: Dataset, indices: np.ndarray) -> np.ndar
         ) from error
     top = 255.0 if rgb.dtype.itemsize == 1 else 65535.0
     luminance = rgb[..., :3].astype(np.float64) @ np.array([0.299, 0.587, 0.114])
-    return np.clip(luminance / top, 0.0, 1.0).astype(np.float32)
+    return np.asarray(np.clip(luminance / top, 0.0, 1.0).astype(np.float32))

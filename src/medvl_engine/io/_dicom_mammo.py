@@ -223,12 +223,12 @@ def _stored_pixels(path: Path, dataset: Any) -> np.ndarray:
             "colour view; give a single mammographic view.",
             path,
         )
-    return pixels
+    return np.asarray(pixels)
 
 
 def _missing_decoder(transfer_syntax: str) -> str | None:
     """Why pixels of this transfer syntax cannot be decoded here, or None when they can."""
-    from pydicom.pixels import get_decoder
+    from pydicom.pixels.decoders.base import get_decoder
     from pydicom.uid import UID
 
     if not transfer_syntax:
@@ -276,8 +276,9 @@ def _pixel_spacing(dataset: Any) -> tuple[tuple[float, float] | None, str | None
         if value is None or value == "":
             continue
         numbers = [finite_number(v) for v in as_list(value)]
-        if len(numbers) == 2 and all(n is not None and n > 0 for n in numbers):
-            return (numbers[0], numbers[1]), None
+        positive = [n for n in numbers if n is not None and n > 0]
+        if len(numbers) == 2 and len(positive) == 2:
+            return (positive[0], positive[1]), None
         return None, (
             f"{words} {stated(value)} mm is not two positive numbers, so the pixel size is "
             "treated as unknown and no distance in mm can be measured"

@@ -35,7 +35,7 @@ def first(value: Any) -> Any:
     return value
 
 
-def as_list(value: Any) -> list:
+def as_list(value: Any) -> list[Any]:
     """Every item of a multi-valued attribute as a list ([] for None)."""
     if value is None:
         return []

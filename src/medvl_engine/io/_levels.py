@@ -164,7 +164,7 @@ def to_rgb(pixels: np.ndarray) -> np.ndarray:
 class PositionalFile:
     """Thread-safe reads at file offsets: ``os.pread`` where the OS has it, else seek + read."""
 
-    def __init__(self, path: os.PathLike | str) -> None:
+    def __init__(self, path: os.PathLike[str] | str) -> None:
         self.path = Path(path)
         self._handle = open(self.path, "rb")  # noqa: SIM115 - closed by close()
         self._lock = threading.Lock()
@@ -175,7 +175,8 @@ class PositionalFile:
         if self._handle.closed:
             raise closed_error(self.path)
         if self._pread is not None:
-            return self._pread(self._handle.fileno(), count, offset)
+            data: bytes = self._pread(self._handle.fileno(), count, offset)
+            return data
         with self._lock:
             self._handle.seek(offset)
             return self._handle.read(count)
@@ -188,17 +189,19 @@ class PositionalFile:
         self._handle.close()
 
 
-def closed_error(path: os.PathLike | str) -> MedVLError:
+def closed_error(path: os.PathLike[str] | str) -> MedVLError:
     """The error for reading pixels of a slide after ``close()``."""
     name = os.path.basename(os.fspath(path))
     return MedVLError(f"{name}: the slide was closed; open it again to read its pixels.", path)
 
 
-def wrap_decode_errors(path: os.PathLike | str, level: int) -> Callable:
+def wrap_decode_errors(
+    path: os.PathLike[str] | str, level: int
+) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
     """Decorator turning any decoder error in a chunk read into a CorruptFileError."""
 
     def decorate(read: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        def guarded(*args, **kwargs) -> np.ndarray:
+        def guarded(*args: Any, **kwargs: Any) -> np.ndarray:
             try:
                 return read(*args, **kwargs)
             except MedVLError:
@@ -278,7 +281,7 @@ def as_dask_level(source: PixelSource, tile_hw: Sequence[int], name: str) -> da.
         chunk_grid(width, int(tile_hw[1])),
         (3,),
     )
-    return da.from_array(
+    level: da.Array = da.from_array(
         _DaskAdapter(source),
         chunks=chunks,
         name=name,
@@ -286,9 +289,10 @@ def as_dask_level(source: PixelSource, tile_hw: Sequence[int], name: str) -> da.
         asarray=False,
         meta=np.empty((0, 0, 3), dtype=np.uint8),
     )
+    return level
 
 
-class LazyImages(Mapping):
+class LazyImages(Mapping[str, np.ndarray]):
     """Associated images (label, macro, thumbnail) decoded on first access, [h, w, 3] uint8."""
 
     def __init__(self, path: Path, loaders: Mapping[str, Callable[[], Any]]) -> None:

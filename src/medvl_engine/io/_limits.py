@@ -80,7 +80,7 @@ _CONVERT = "convert it to a tiled pyramidal TIFF, or raise the limit if this mac
 
 
 def check_decode_size(
-    path: str | os.PathLike, width: int, height: int, what: str, advice: str = _CONVERT
+    path: str | os.PathLike[str], width: int, height: int, what: str, advice: str = _CONVERT
 ) -> None:
     """Refuse to decode ``what`` (e.g. "the image") of width x height px in one piece above
     the limit, with a ResourceLimitError naming both sizes, the setting and ``advice``."""
@@ -97,7 +97,7 @@ def check_decode_size(
 
 
 def check_tile_size(
-    path: str | os.PathLike, tile_width: int, tile_height: int, samples: int, level: int
+    path: str | os.PathLike[str], tile_width: int, tile_height: int, samples: int, level: int
 ) -> None:
     """Refuse a level whose tiles (or strips) decode to more than the tile limit each."""
     limit = max_tile_pixels()
@@ -114,7 +114,7 @@ def check_tile_size(
         )
 
 
-def check_slide_size(path: str | os.PathLike, width: int, height: int) -> None:
+def check_slide_size(path: str | os.PathLike[str], width: int, height: int) -> None:
     """Refuse a slide whose level 0 declares more pixels than any glass slide holds."""
     limit = max_slide_pixels()
     pixels = int(width) * int(height)

@@ -65,9 +65,10 @@ def pil_loader(path: Path) -> Callable[[], np.ndarray]:
                 values = np.asarray(image, dtype=np.float32)
                 top = float(values.max()) or 1.0
                 return to_rgb(np.round(values * (255.0 / top)).astype(np.uint8))
-            if image.mode not in ("RGB", "RGBA", "L"):
-                image = image.convert("RGBA" if "A" in image.mode else "RGB")
-            return to_rgb(np.asarray(image))
+            decoded: Image.Image = image
+            if decoded.mode not in ("RGB", "RGBA", "L"):
+                decoded = decoded.convert("RGBA" if "A" in decoded.mode else "RGB")
+            return to_rgb(np.asarray(decoded))
 
     return load
 

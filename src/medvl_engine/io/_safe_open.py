@@ -40,7 +40,7 @@ def _under_pseudo_file_system(resolved: Path) -> bool:
     return any(resolved == root or root in resolved.parents for root in PSEUDO_FILE_SYSTEMS)
 
 
-def require_regular_file(path: str | os.PathLike) -> Path:
+def require_regular_file(path: str | os.PathLike[str]) -> Path:
     """``path`` resolved (symlinks followed), if it is a regular file holding stored data.
 
     Raises MedVLError when the path does not exist or cannot be inspected, and

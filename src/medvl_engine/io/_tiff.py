@@ -9,7 +9,9 @@ multi-page levels) are read through tiffslide's zarr store.
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 import warnings
 from pathlib import Path
 from typing import Any
@@ -91,7 +93,7 @@ class _TiledPageSource:
         if segment is None:
             return None
         th, tw = self.tile_hw
-        return segment.reshape(th, tw, -1)
+        return np.asarray(segment.reshape(th, tw, -1))
 
     def _check_stated_size(self, data: bytes, row: int, col: int) -> None:
         stated = jpeg2000_stated_size(data)
@@ -323,7 +325,13 @@ def _open_error(path: Path, error: Exception) -> Exception:
     )
 
 
-def _fill_parts(path: Path, slide: Any, properties: dict, parts: SlideParts, tifffile) -> None:
+def _fill_parts(
+    path: Path,
+    slide: Any,
+    properties: Mapping[str, Any],
+    parts: SlideParts,
+    tifffile: types.ModuleType,
+) -> None:
     series_index = int(properties.get("tiffslide.series-index", 0))
     series = slide.ts_tifffile.series[series_index]
     axes = str(properties.get("tiffslide.series-axes", series.axes))
@@ -409,5 +417,5 @@ def _fill_parts(path: Path, slide: Any, properties: dict, parts: SlideParts, tif
     except Exception:
         names = []
     parts.associated = LazyImages(
-        path, {name: (lambda name=name: slide.associated_images[name]) for name in names}
+        path, {name: functools.partial(slide.associated_images.__getitem__, name) for name in names}
     )

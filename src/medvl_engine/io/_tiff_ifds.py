@@ -50,7 +50,7 @@ def _damaged(path: Path, problem: str) -> CorruptFileError:
     )
 
 
-def check_ifd_chain(path: str | os.PathLike) -> int:
+def check_ifd_chain(path: str | os.PathLike[str]) -> int:
     """Number of IFDs in the TIFF at ``path`` (main chain plus SubIFDs), after checking that
     no directory is reached twice, that every offset lies inside the file and that there are
     at most ``MAX_IFDS``. Raises CorruptFileError or UnsupportedFormatError with a sentence.

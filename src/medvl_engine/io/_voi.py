@@ -46,7 +46,7 @@ def apply_lut(x: np.ndarray, descriptor: Sequence[int], data: Sequence[int]) -> 
     if table.size == 0:
         raise ValueError("the LUT holds no entries")
     index = np.clip(np.rint(np.asarray(x, dtype=np.float64)) - first, 0, table.size - 1)
-    return table[index.astype(np.int64)]
+    return np.asarray(table[index.astype(np.int64)])
 
 
 def _check_center(center: float) -> None:

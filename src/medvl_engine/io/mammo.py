@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -51,7 +52,7 @@ __all__ = [
 
 
 def open_mammogram(
-    path: str | os.PathLike, voi_index: int = 0, *, placeholder_ok: bool = False
+    path: str | os.PathLike[str], voi_index: int = 0, *, placeholder_ok: bool = False
 ) -> Mammogram:
     """Read a mammogram (DICOM, PNG or TIFF) as display pixels in [0, 1] plus its metadata.
 
@@ -102,7 +103,7 @@ def _open_plain(path: Path, head: bytes) -> Mammogram:
             import tifffile
 
             with tifffile.TiffFile(path) as tiff:
-                page = tiff.pages[0]
+                page = cast(tifffile.TiffPage, tiff.pages[0])  # the first page is never a frame
                 check_decode_size(path, page.imagewidth, page.imagelength, "the image")
                 pixels = np.asarray(page.asarray())
         else:
@@ -111,9 +112,8 @@ def _open_plain(path: Path, head: bytes) -> Mammogram:
             with Image.open(path) as image:
                 check_decode_size(path, image.width, image.height, "the image")
                 image.load()
-                if image.mode == "P":
-                    image = image.convert("RGB")
-                pixels = np.asarray(image)
+                decoded: Image.Image = image.convert("RGB") if image.mode == "P" else image
+                pixels = np.asarray(decoded)
     except MedVLError:
         raise
     except Exception as error:

@@ -294,7 +294,7 @@ def sniff_kind(path: Path) -> str:
     return "unknown"
 
 
-def open_slide(path: str | os.PathLike) -> Slide:
+def open_slide(path: str | os.PathLike[str]) -> Slide:
     """Open a whole-slide image lazily (only metadata is read).
 
     Raises UnsupportedFormatError for formats or layouts the engine does not

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ SLIDE_MANIFEST_COLUMNS: tuple[str, ...] = (
 )
 
 
-def write_csv_atomic(path: Path, columns: Sequence[str], rows: Sequence[dict]) -> None:
+def write_csv_atomic(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
     """Write ``rows`` (dicts keyed by ``columns``) to ``path`` through a temporary file."""
 
     def write(handle: IO[str]) -> None:
@@ -114,7 +115,7 @@ def make_synthetic_cohort(
         label_path = out / f"{slide_id}_labels.npy"
         atomic_write_stream(
             label_path,
-            lambda handle, s=slide: np.save(handle, s.label_map),
+            functools.partial(np.save, arr=slide.label_map),
             binary=True,
             what="label map",
         )

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pydicom
 from pydicom.dataset import FileMetaDataset
-from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+from pydicom.uid import UID, ExplicitVRLittleEndian, generate_uid
 
 from medvl_engine._atomic import atomic_write
 from medvl_engine.synthetic._errors import SyntheticDataError
@@ -44,7 +44,7 @@ __all__ = [
     "make_mammogram_case",
 ]
 
-MAMMO_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.1.2"
+MAMMO_SOP_CLASS = UID("1.2.840.10008.5.1.4.1.1.1.2")
 MAMMO_GENERATOR_VERSION = 3
 """Raised whenever the generator's output changes, so a cohort written before is not reused."""
 WINDOW_HEADROOM = 0.35
@@ -314,7 +314,7 @@ def _to_stored(attenuation: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.clip(np.round(raw), 0, 4095).astype(np.uint16)
 
 
-def _uid(*parts: object) -> str:
+def _uid(*parts: object) -> UID:
     return generate_uid(entropy_srcs=["medvl-synthetic-mammogram", *map(str, parts)])
 
 

@@ -142,7 +142,9 @@ def _segment_distance(
     direction = end - start
     length2 = float(direction @ direction) or 1.0
     t = np.clip(((rr - start[0]) * direction[0] + (cc - start[1]) * direction[1]) / length2, 0, 1)
-    return np.hypot(rr - (start[0] + t * direction[0]), cc - (start[1] + t * direction[1]))
+    return np.asarray(
+        np.hypot(rr - (start[0] + t * direction[0]), cc - (start[1] + t * direction[1]))
+    )
 
 
 def _paint_disk(out: np.ndarray, centre: np.ndarray, radius: float, level: float) -> None:
@@ -347,8 +349,8 @@ def render_view(
     texture = 0.6 * _smooth_noise(rng, shape, rows / 200.0) + 0.4 * _smooth_noise(rng, shape, 1.2)
     attenuation = thickness * (0.30 + 0.36 * gland + 0.035 * texture * (0.4 + gland))
     attenuation += pectoral * 0.18
-    for structure in structures:
-        attenuation += _structure_map(structure, view, geo, shape) * breast
+    for benign in structures:
+        attenuation += _structure_map(benign, view, geo, shape) * breast
 
     boxes: list[list[int]] = []
     for lesion in lesions:

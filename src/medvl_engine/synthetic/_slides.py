@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tifffile
@@ -64,7 +65,7 @@ class SyntheticSlide:
     @property
     def tissue_mask(self) -> np.ndarray:
         """Ground-truth tissue (any class but background), bool [h_m, w_m]."""
-        return self.label_map != 0
+        return np.asarray(self.label_map != 0)
 
 
 def _label_downsample(width: int, height: int) -> int:
@@ -82,8 +83,8 @@ def _choose_classes(rng: np.random.Generator, classes: tuple[str, ...] | None) -
                 "a synthetic slide needs at least one tissue class besides background"
             )
         return sorted(chosen, key=TISSUE_CLASSES.index)
-    chosen = ["stroma"] + [name for name, p in _CLASS_PRIOR.items() if rng.uniform() < p]
-    return sorted(chosen, key=TISSUE_CLASSES.index)
+    drawn = ["stroma"] + [name for name, p in _CLASS_PRIOR.items() if rng.uniform() < p]
+    return sorted(drawn, key=TISSUE_CLASSES.index)
 
 
 def make_label_map(
@@ -188,7 +189,8 @@ def paint_slide(
     adipose = labels == class_id("adipose")
     edge_cells = max(1, int(round(2.0 / (mpp * label_downsample))))
     fat_edge = adipose & ndimage.binary_dilation(~adipose, iterations=edge_cells)
-    membrane = density_to_rgb(*(np.full((1, 1), v, np.float32) for v in (0.02, 0.7, 0.0)), stain)
+    c_h, c_e, c_n = (np.full((1, 1), v, np.float32) for v in (0.02, 0.7, 0.0))
+    membrane = density_to_rgb(c_h, c_e, c_n, stain)
     image = np.empty((height, width, 3), np.uint8)
     cells = _BLOCK // label_downsample
     for y0 in range(0, height, _BLOCK):
@@ -231,7 +233,7 @@ def _halve(image: np.ndarray) -> np.ndarray:
     acc = image[:h:2, :w:2].astype(np.uint16) + image[1:h:2, :w:2]
     acc += image[:h:2, 1:w:2]
     acc += image[1:h:2, 1:w:2]
-    return ((acc + 2) // 4).astype(np.uint8)
+    return np.asarray(((acc + 2) // 4).astype(np.uint8))
 
 
 def _aperio_description(
@@ -278,7 +280,7 @@ def write_pyramid_tiff(
     levels = [image]
     while max(levels[-1].shape[:2]) > min_level_side and min(levels[-1].shape[:2]) >= 2 * _TILE:
         levels.append(_halve(levels[-1]))
-    options: dict = {"photometric": "rgb", "compression": compression, "metadata": None}
+    options: dict[str, Any] = {"photometric": "rgb", "compression": compression, "metadata": None}
     if compression == "jpeg":
         options["compressionargs"] = {"level": 90}
 
@@ -288,7 +290,7 @@ def write_pyramid_tiff(
                 _write_svs_pages(tif, levels, mpp, compression, description, options)
                 return
             for index, level in enumerate(levels):
-                extra: dict = {"tile": (_TILE, _TILE)}
+                extra: dict[str, Any] = {"tile": (_TILE, _TILE)}
                 if mpp is not None:
                     scale = image.shape[1] / level.shape[1]
                     extra["resolution"] = (1e4 / (mpp * scale), 1e4 / (mpp * scale))
@@ -310,7 +312,7 @@ def _write_svs_pages(
     mpp: float | None,
     compression: str,
     description: str,
-    options: dict,
+    options: dict[str, Any],
 ) -> None:
     full = levels[0].shape
     tif.write(

@@ -61,15 +61,17 @@ def random_stain(rng: np.random.Generator) -> Stain:
 
     def jitter(ref: np.ndarray, scale: float) -> tuple[float, float, float]:
         vec = np.clip(ref + rng.normal(0.0, scale, 3), 0.02, None)
-        return tuple(float(v) for v in vec / np.linalg.norm(vec))
+        x, y, z = (float(v) for v in vec / np.linalg.norm(vec))
+        return x, y, z
 
     white = 240.0 + rng.uniform(0.0, 12.0) + rng.normal(0.0, 1.5, 3)
+    red, green, blue = (float(v) for v in np.clip(white, 225.0, 255.0))
     return Stain(
         h_vector=jitter(_H_REF, 0.05),
         e_vector=jitter(_E_REF, 0.04),
         h_strength=float(rng.uniform(0.8, 1.2)),
         e_strength=float(rng.uniform(0.75, 1.25)),
-        white=tuple(float(v) for v in np.clip(white, 225.0, 255.0)),
+        white=(red, green, blue),
     )
 
 
@@ -104,7 +106,7 @@ def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float
             rng.standard_normal(shape).astype(np.float32), sigma=sigma, mode="wrap"
         )
     std = float(field.std())
-    return (field - field.mean()) / (std if std > 0 else 1.0)
+    return np.asarray((field - field.mean()) / (std if std > 0 else 1.0))
 
 
 @lru_cache(maxsize=256)
@@ -117,7 +119,7 @@ def _stamp(radius: int, aspect: float = 1.0, angle_step: int = 0) -> np.ndarray:
     across = -xx * np.sin(theta) + yy * np.cos(theta)
     minor = max(radius / aspect, 1.0)
     dist = np.sqrt((along / radius) ** 2 + (across / minor) ** 2) * radius
-    return np.clip(radius - dist + 0.5, 0.0, 1.0).astype(np.float32)
+    return np.asarray(np.clip(radius - dist + 0.5, 0.0, 1.0).astype(np.float32))
 
 
 def _stamp_nuclei(
@@ -235,7 +237,7 @@ def _adipose(
         np.arange(0, width, step) + step / 2.0,
         indexing="ij",
     )
-    dist, _ = tree.query(np.stack([yy.ravel(), xx.ravel()], axis=1), k=2)
+    dist = np.asarray(tree.query(np.stack([yy.ravel(), xx.ravel()], axis=1), k=2)[0])
     gap = (dist[:, 1] - dist[:, 0]).reshape(yy.shape).astype(np.float32)
     if step > 1:
         gap = np.repeat(np.repeat(gap, step, axis=0), step, axis=1)[:height, :width]
@@ -305,7 +307,7 @@ def density_to_rgb(
     if rng is not None:
         optical += rng.normal(0.0, 0.015, optical.shape[:2] + (1,)).astype(np.float32)
     rgb = np.asarray(stain.white, np.float32) * np.exp(-optical)
-    return np.clip(rgb + 0.5, 0, 255).astype(np.uint8)
+    return np.asarray(np.clip(rgb + 0.5, 0, 255).astype(np.uint8))
 
 
 def render_tissue(
