@@ -93,7 +93,7 @@ def command_session(verbose: bool = False) -> Iterator[None]:
     block, draw no "Loading weights" bars; everything is put back as it was when it ends.
     """
     original_stderr = sys.stderr
-    sys.stderr = _LineTracker(original_stderr)  # type: ignore[assignment]
+    sys.stderr = _LineTracker(original_stderr)
     loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
     levels = [logger.level for logger in loggers]
     hide_bars = not verbose and _HUB_PROGRESS_BARS not in os.environ

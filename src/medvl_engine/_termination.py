@@ -25,6 +25,7 @@ class Terminated(SystemExit):
 
     def __init__(self) -> None:
         super().__init__(SIGTERM_EXIT_STATUS)
+        self.exit_status: int = SIGTERM_EXIT_STATUS
 
 
 class _HeldSignals:

@@ -88,7 +88,7 @@ def encoder_and_store(
                     file=sys.stderr,
                 )
             if store.mpp is None and slide.mpp is not None:
-                store.mpp = tuple(slide.mpp)
+                store.mpp = (slide.mpp[0], slide.mpp[1])
         else:
             store = slide_features(slide, encoder, progress=progress_printer("features"))
             print(file=sys.stderr)

@@ -40,7 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _properties(
-    info: dict[str, Any], properties: dict, private: dict, identifying: bool
+    info: dict[str, Any],
+    properties: dict[str, Any],
+    private: dict[str, Any],
+    identifying: bool,
 ) -> dict[str, Any]:
     """Add the shown properties (and with ``identifying`` the patient fields) to ``info``."""
     from medvl_engine._privacy import split_identifying
@@ -108,7 +111,7 @@ def describe_mammogram(path: Path, identifying: bool = False) -> dict[str, Any]:
     return _properties(info, mammogram.properties, mammogram.private_properties, identifying)
 
 
-def _plain(values: dict) -> dict:
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return {
         str(k): v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
         for k, v in values.items()

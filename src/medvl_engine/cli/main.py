@@ -18,6 +18,7 @@ import os
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import Protocol, cast
 
 from medvl_engine._console import command_session, report_error, report_stop
 from medvl_engine._termination import Terminated, stop_signals_raise
@@ -28,13 +29,23 @@ __all__ = ["build_parser", "main"]
 PROGRAM = "medvl"
 
 
-def _command_modules() -> list[tuple[str, object]]:
+class CommandModule(Protocol):
+    """What a ``cmd_<name>.py`` module defines."""
+
+    HELP: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _command_modules() -> list[tuple[str, CommandModule]]:
     import medvl_engine.cli as cli_package
 
-    found = []
+    found: list[tuple[str, CommandModule]] = []
     for info in sorted(pkgutil.iter_modules(cli_package.__path__), key=lambda i: i.name):
         if info.name.startswith("cmd_"):
-            module = importlib.import_module(f"medvl_engine.cli.{info.name}")
+            module = cast(CommandModule, importlib.import_module(f"medvl_engine.cli.{info.name}"))
             found.append((info.name.removeprefix("cmd_").replace("_", "-"), module))
     return found
 
@@ -100,7 +111,7 @@ def _run_command(args: argparse.Namespace) -> int:
         return 130
     except Terminated as stop:
         report_stop(PROGRAM, "stopped (SIGTERM)")
-        return int(stop.code)
+        return stop.exit_status
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict[str, Any]) -> None:
     shown = {k: v for k, v in summary.items() if k not in ("losses", "evaluations")}
     losses = summary.get("losses") or []
     if losses:
@@ -152,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     except Terminated as stop:
         report_stop(PROGRAM, "stopped by SIGTERM (resume with run.resume=auto)")
-        return int(stop.code)
+        return stop.exit_status
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ of a flattened [G, G] map).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,7 +86,9 @@ class PatchGeometry:
         return np.concatenate([[0.0], inner, [float(self.image_size)]])
 
 
-def rasterize_boxes(boxes: np.ndarray | list, geometry: PatchGeometry) -> np.ndarray:
+def rasterize_boxes(
+    boxes: np.ndarray | Sequence[Sequence[float]], geometry: PatchGeometry
+) -> np.ndarray:
     """ROI mask on the candidate grid: ``[G, G]`` float32, 1 where a cell meets any box.
 
     boxes: ``[M, 4]`` ``(x0, y0, x1, y1)`` image px (M may be 0). A cell is the region of the

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from scipy.stats import rankdata
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 
-def _binary(labels: Sequence | np.ndarray, scores: Sequence | np.ndarray) -> tuple[np.ndarray, ...]:
+def _binary(labels: npt.ArrayLike, scores: npt.ArrayLike) -> tuple[np.ndarray, ...]:
     y = np.asarray(labels).astype(bool).ravel()
     s = np.asarray(scores, dtype=np.float64).ravel()
     if y.shape != s.shape:
@@ -33,7 +34,7 @@ def _binary(labels: Sequence | np.ndarray, scores: Sequence | np.ndarray) -> tup
     return y, s
 
 
-def auroc(labels: Sequence | np.ndarray, scores: Sequence | np.ndarray) -> float:
+def auroc(labels: npt.ArrayLike, scores: npt.ArrayLike) -> float:
     """Area under the ROC curve as the Mann-Whitney rank statistic, ties counted as 1/2.
 
     ``AUROC = (sum of ranks of positives - P (P + 1) / 2) / (P N)`` with average ranks for
@@ -46,7 +47,7 @@ def auroc(labels: Sequence | np.ndarray, scores: Sequence | np.ndarray) -> float
     return float((ranks[y].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
-def macro_auroc(labels: Sequence | np.ndarray, scores: np.ndarray) -> float:
+def macro_auroc(labels: npt.ArrayLike, scores: np.ndarray) -> float:
     """Mean one-vs-rest AUROC over the classes present in ``labels`` (scores ``[n, C]``)."""
     y = np.asarray(labels)
     scores = np.asarray(scores)
@@ -58,7 +59,7 @@ def macro_auroc(labels: Sequence | np.ndarray, scores: np.ndarray) -> float:
     return float(np.mean([auroc(y == c, scores[:, int(c)]) for c in classes]))
 
 
-def average_precision(labels: Sequence | np.ndarray, scores: Sequence | np.ndarray) -> float:
+def average_precision(labels: npt.ArrayLike, scores: npt.ArrayLike) -> float:
     """Average precision ``AP = sum_n (R_n - R_{n-1}) P_n`` over distinct score thresholds.
 
     Thresholds are the distinct scores in decreasing order; tied scores enter together.
@@ -77,9 +78,9 @@ def average_precision(labels: Sequence | np.ndarray, scores: Sequence | np.ndarr
 
 
 def weighted_average_precision(
-    scores: Sequence | np.ndarray,
-    positive: Sequence | np.ndarray,
-    negative: Sequence | np.ndarray,
+    scores: npt.ArrayLike,
+    positive: npt.ArrayLike,
+    negative: npt.ArrayLike,
 ) -> float:
     """:func:`average_precision` of items that stand for several samples each.
 
@@ -107,7 +108,7 @@ def weighted_average_precision(
     return float(np.sum((recall - previous_recall) * precision))
 
 
-def balanced_accuracy(labels: Sequence | np.ndarray, predictions: Sequence | np.ndarray) -> float:
+def balanced_accuracy(labels: npt.ArrayLike, predictions: npt.ArrayLike) -> float:
     """Mean over the classes present in ``labels`` of the recall ``TP_c / (TP_c + FN_c)``."""
     y = np.asarray(labels).ravel()
     p = np.asarray(predictions).ravel()
@@ -120,7 +121,7 @@ def balanced_accuracy(labels: Sequence | np.ndarray, predictions: Sequence | np.
 
 def bootstrap_std(
     metric: Callable[..., float],
-    *arrays: Sequence | np.ndarray,
+    *arrays: npt.ArrayLike,
     trials: int = 1000,
     seed: int = 0,
 ) -> float:

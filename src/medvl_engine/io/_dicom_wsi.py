@@ -147,12 +147,13 @@ def _slide_mpp(dataset: Any) -> tuple[tuple[float, float] | None, str | None]:
     if spacing is None or spacing == "":
         return None, None
     values = [finite_number(v) for v in as_list(spacing)]
-    if len(values) != 2 or any(v is None or v <= 0 for v in values):
+    positive = [v for v in values if v is not None and v > 0]
+    if len(values) != 2 or len(positive) != 2:
         return None, (
             f"Pixel Spacing {stated(spacing)} mm is not two positive numbers, so the slide's "
             "pixel size is unknown"
         )
-    row_mm, col_mm = values
+    row_mm, col_mm = positive
     return (col_mm * 1000.0, row_mm * 1000.0), None
 
 

@@ -13,6 +13,7 @@ import functools
 import math
 import types
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 

@@ -88,7 +88,7 @@ def _one_line(error: BaseException) -> str:
     return reason.rstrip(".")
 
 
-class _TaskBatches(Dataset):
+class _TaskBatches(Dataset[Any]):
     """Map-style dataset of one rank's micro-batches, keyed by ``(epoch, index)``."""
 
     def __init__(self, task: Any, rank: int, world_size: int, seed: int) -> None:
@@ -107,7 +107,7 @@ class _TaskBatches(Dataset):
             return _BatchFailure(epoch, index, _one_line(error), str(path) if path else None)
 
 
-class _EpochSampler(Sampler):
+class _EpochSampler(Sampler[tuple[int, int]]):
     """Yields ``(epoch, index)`` for ``index`` in ``[start, count)`` of the epoch set last."""
 
     def __init__(self) -> None:
@@ -142,7 +142,7 @@ class WorkerBatches:
         self._dataset = _TaskBatches(task, rank, world_size, config.seed)
         self._config = config
         self._device = device
-        self._loader: DataLoader | None = None
+        self._loader: DataLoader[Any] | None = None
         self._iterator: Any = None
 
     def _check_picklable(self, task: Any) -> None:
@@ -160,7 +160,7 @@ class WorkerBatches:
         setting = self._config.pin_memory
         return self._device.type == "cuda" if setting == "auto" else bool(setting)
 
-    def _build(self, epoch: int) -> DataLoader:
+    def _build(self, epoch: int) -> DataLoader[Any]:
         config = self._config
         context = worker_context()
         if context.get_start_method() == "forkserver":

@@ -50,7 +50,8 @@ def fit_bridge(source: torch.Tensor, target: torch.Tensor, ridge: float = 1e-4) 
     gram = x.T @ x
     scale = float(gram.diagonal().mean()) or 1.0
     gram += ridge * scale * torch.eye(gram.shape[0], dtype=torch.float64)
-    return torch.linalg.solve(gram, x.T @ y).to(torch.float32)
+    bridge: torch.Tensor = torch.linalg.solve(gram, x.T @ y).to(torch.float32)
+    return bridge
 
 
 def bridge_from_stores(
@@ -71,7 +72,8 @@ def bridge_from_stores(
             "task.bridge_source_features and task.bridge_target_features must list the same "
             "number (at least one) of feature stores, one pair per slide."
         )
-    sources, targets = [], []
+    sources: list[torch.Tensor] = []
+    targets: list[torch.Tensor] = []
     for source_path, target_path in zip(source_stores, target_stores, strict=True):
         source, target = read_bag_features(source_path), read_bag_features(target_path)
         if source.shape[0] != target.shape[0]:

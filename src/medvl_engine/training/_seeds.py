@@ -62,8 +62,10 @@ def seed_runs(run_config: Any, task_config: Any) -> list[SeedRun]:
             out_dir=str(seed_out_dir(run_config.out_dir, seed)),
         )
         task = task_config
-        if dataclasses.is_dataclass(task_config) and any(
-            f.name == "seed" for f in dataclasses.fields(task_config)
+        if (
+            dataclasses.is_dataclass(task_config)
+            and not isinstance(task_config, type)
+            and any(f.name == "seed" for f in dataclasses.fields(task_config))
         ):
             task = dataclasses.replace(task_config, seed=int(seed))
         runs.append(SeedRun(int(seed), run, task))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,7 +24,10 @@ __all__ = ["save_checkpoint", "load_checkpoint", "capture_rng_state", "restore_r
 
 def capture_rng_state() -> dict[str, Any]:
     """RNG states of python, numpy and torch (CPU and every CUDA device) as plain values."""
-    kind, keys, position, has_gauss, cached = np.random.get_state()
+    # legacy=True (the default) gives the tuple form
+    kind, keys, position, has_gauss, cached = cast(
+        tuple[str, np.ndarray, int, int, float], np.random.get_state()
+    )
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": [kind, keys.tolist(), int(position), int(has_gauss), float(cached)],
@@ -62,7 +65,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint` onto the CPU."""
     path = Path(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+        return payload
     except FileNotFoundError:
         raise CorruptFileError(
             f"checkpoint {path} does not exist; check run.resume or start without it.", path

@@ -168,8 +168,13 @@ def gather_with_grad(local: torch.Tensor) -> torch.Tensor:
         return local
     if not local.requires_grad:
         with torch.no_grad():
-            return _GatherWithGrad.apply(local)
-    return _GatherWithGrad.apply(local)
+            return _gather_with_grad(local)
+    return _gather_with_grad(local)
+
+
+def _gather_with_grad(local: torch.Tensor) -> torch.Tensor:
+    gathered: torch.Tensor = _GatherWithGrad.apply(local)  # type: ignore[no-untyped-call]  # torch leaves Function.apply unannotated
+    return gathered
 
 
 def gather_objects(value: Any) -> list[Any]:

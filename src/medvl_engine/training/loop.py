@@ -54,7 +54,7 @@ from medvl_engine.training.distributed import (
     init_distributed,
     shutdown_distributed,
 )
-from medvl_engine.training.task import Task, move_to_device, unwrap_model
+from medvl_engine.training.task import ShardedEvaluation, Task, move_to_device, unwrap_model
 
 __all__ = ["train", "TrainingDivergedError", "lr_factor", "CHECKPOINT_NAME", "METRICS_NAME"]
 
@@ -84,7 +84,7 @@ def lr_factor(
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def _autocast(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager:
+def _autocast(config: RunConfig, device: torch.device) -> contextlib.AbstractContextManager[object]:
     use_bf16 = config.amp == "bf16" or (config.amp == "auto" and device.type == "cuda")
     if not use_bf16:
         return contextlib.nullcontext()
@@ -128,7 +128,11 @@ class _LoopState:
 
 def _resolved_config(task: Task, config: RunConfig) -> dict[str, Any]:
     task_config = getattr(task, "config", None)
-    task_values = dataclasses.asdict(task_config) if dataclasses.is_dataclass(task_config) else {}
+    task_values = (
+        dataclasses.asdict(task_config)
+        if dataclasses.is_dataclass(task_config) and not isinstance(task_config, type)
+        else {}
+    )
     return {"task_name": task.name, "run": dataclasses.asdict(config), "task": task_values}
 
 
@@ -268,26 +272,26 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
             )
         barrier(info)
 
-    sharded_eval = hasattr(task, "evaluate_shard") and hasattr(task, "merge_evaluation")
+    sharded = task if isinstance(task, ShardedEvaluation) else None
 
     def evaluate_metrics() -> dict[str, float] | None:
         """This evaluation's metrics: every rank scores its shard when the task can split
         its evaluation (results gathered, no barrier), else rank 0 alone (others get None)."""
-        if not sharded_eval and not info.is_main:
+        if sharded is None and not info.is_main:
             return None
         saved_rng = capture_rng_state()
         inner = unwrap_model(train_model)
         inner.eval()
         with torch.no_grad(), _autocast(config, device):
-            if sharded_eval:
-                part = task.evaluate_shard(inner, info.rank, info.world_size)
+            if sharded is not None:
+                part = sharded.evaluate_shard(inner, info.rank, info.world_size)
             else:
                 metrics = {k: float(v) for k, v in task.evaluate(inner).items()}
         inner.train()
         restore_rng_state(saved_rng)
-        if sharded_eval:
+        if sharded is not None:
             parts = gather_objects(part)
-            metrics = {k: float(v) for k, v in task.merge_evaluation(parts).items()}
+            metrics = {k: float(v) for k, v in sharded.merge_evaluation(parts).items()}
         return metrics
 
     def run_evaluation(epoch: int) -> None:
@@ -312,7 +316,7 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
                 state.best_value, state.best_epoch = chosen, epoch
                 if hasattr(task, "save_pretrained"):
                     task.save_pretrained(inner, out_dir / "best")
-        if not sharded_eval:
+        if sharded is None:
             barrier(info)  # the other ranks waited here while rank 0 evaluated
 
     if rng_to_restore is not None:
@@ -346,7 +350,8 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
                     last_micro = micro == group - 1
                     sync_context = (
                         train_model.no_sync()
-                        if info.distributed and not last_micro
+                        if isinstance(train_model, nn.parallel.DistributedDataParallel)
+                        and not last_micro
                         else contextlib.nullcontext()
                     )
                     with sync_context:

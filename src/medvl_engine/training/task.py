@@ -42,6 +42,9 @@ Optional members::
         start with forkserver or spawn, which are safe with CUDA), so it must pickle, and it
         should pickle small: in-memory caches of decoded data belong out of its pickled state.
         Without ``batch_at``, or with ``run.num_workers = 0``, ``train_batches`` is used.
+    evaluate_shard(model, rank, world_size) -> part  and  merge_evaluation(parts) -> dict
+        (both or neither, see :class:`ShardedEvaluation`): every rank scores its share of
+        the validation set; the gathered parts, in rank order, give the metrics.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-__all__ = ["Task", "unwrap_model", "move_to_device"]
+__all__ = ["Task", "ShardedEvaluation", "unwrap_model", "move_to_device"]
 
 
 @runtime_checkable
@@ -73,6 +76,15 @@ class Task(Protocol):
     def compute_losses(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]: ...
 
     def evaluate(self, model: nn.Module) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class ShardedEvaluation(Protocol):
+    """A task whose evaluation is split over the ranks (optional members of a :class:`Task`)."""
+
+    def evaluate_shard(self, model: nn.Module, rank: int, world_size: int) -> Any: ...
+
+    def merge_evaluation(self, parts: list[Any]) -> dict[str, float]: ...
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
