@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -80,7 +80,7 @@ class Heatmap:
     normalize: str = "none"
     prompt: str = ""
     value_range: tuple[float, float] = (0.0, 1.0)
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def cell_to_level0(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Top-left (x, y) level-0 px [N, 2] of grid cells given by row and column indices."""
@@ -283,9 +283,9 @@ def _as_list(prompts: str | Sequence[str]) -> list[str]:
     return [prompts] if isinstance(prompts, str) else list(prompts)
 
 
-def _layout(store: FeatureStore) -> dict:
+def _layout(store: FeatureStore) -> dict[str, Any]:
     """Grid geometry of a store, computed once and cached on it: cell indices of every patch."""
-    cached = store.__dict__.get("_heatmap_layout")
+    cached: dict[str, Any] | None = store.__dict__.get("_heatmap_layout")
     if cached is not None:
         return cached
     cell = max(int(store.stride_level0), 1)
@@ -298,7 +298,7 @@ def _layout(store: FeatureStore) -> dict:
     offsets = [(dy, dx) for dy in range(cells_per_patch) for dx in range(cells_per_patch)]
     flat = np.stack([(index[:, 1] + dy) * cols + (index[:, 0] + dx) for dy, dx in offsets])
     counts = np.bincount(flat.ravel(), minlength=rows * cols).astype(np.float32)
-    layout = {
+    layout: dict[str, Any] = {
         "cell": cell,
         "origin": (int(origin[0]), int(origin[1])),
         "shape": (rows, cols),

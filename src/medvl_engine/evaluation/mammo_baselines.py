@@ -15,9 +15,11 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.evaluation.mammography import (
+    BreastSamples,
     ReadoutTable,
     label_columns,
     outputs_of_samples,
@@ -63,7 +65,9 @@ def max_intensity_map(image: np.ndarray, geometry: PatchGeometry) -> np.ndarray:
     return np.array([[pixels[y : y + size, x : x + size].max() for x in starts] for y in starts])
 
 
-def baseline_readouts(dataset, geometry: PatchGeometry) -> tuple[ReadoutTable, dict[str, str]]:
+def baseline_readouts(
+    dataset: BreastSamples, geometry: PatchGeometry
+) -> tuple[ReadoutTable, dict[str, str]]:
     """The trivial readers on every breast of a MammoDataset (unaugmented images).
 
     Returns the readout table (the zero-shot keys of
@@ -75,7 +79,7 @@ def baseline_readouts(dataset, geometry: PatchGeometry) -> tuple[ReadoutTable, d
     images = [s.image.numpy().reshape(geometry.image_size, geometry.image_size) for s in samples]
     statistics = np.stack([intensity_statistics(image) for image in images])
     maps = np.stack([max_intensity_map(image, geometry) for image in images])
-    outputs = outputs_of_samples(samples, np.zeros((len(samples), 0)), maps)
+    outputs = outputs_of_samples(samples, torch.zeros((len(samples), 0)), maps)
     truth, known, _ = label_columns(outputs)
     scores: dict[str, np.ndarray] = {}
     chosen: dict[str, str] = {}
@@ -83,11 +87,12 @@ def baseline_readouts(dataset, geometry: PatchGeometry) -> tuple[ReadoutTable, d
         labels, rows = truth[key][known[key]], known[key]
         if labels.all() or not labels.any():
             continue
-        best = None
+        best: tuple[float, np.ndarray, str] | None = None
         for j, name in enumerate(INTENSITY_STATISTICS):
             for sign, shown in ((1.0, name), (-1.0, f"-{name}")):
                 value = auroc(labels, sign * statistics[rows, j])
                 if best is None or value > best[0]:
                     best = (value, sign * statistics[:, j], shown)
-        scores[key], chosen[key] = best[1], best[2]
+        if best is not None:
+            scores[key], chosen[key] = best[1], best[2]
     return readout_table(outputs, scores, geometry), chosen

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -40,6 +41,10 @@ from medvl_engine.evaluation.metrics import (
     pointing_game,
     weighted_average_precision,
 )
+
+if TYPE_CHECKING:
+    from medvl_engine.data.mammo_dataset import BreastSample
+    from medvl_engine.models.topksiglip import TopKSigLIP
 
 __all__ = [
     "MammoEvalOutputs",
@@ -61,7 +66,16 @@ __all__ = [
     "localisation_metrics",
     "zero_shot_k_sweep",
     "zero_shot_metrics",
+    "BreastSamples",
 ]
+
+
+class BreastSamples(Protocol):
+    """Breast samples by index: a MammoDataset or a subset of one."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, index: int, epoch: int = 0) -> BreastSample: ...
 
 
 @dataclass
@@ -94,11 +108,15 @@ class MammoEvalOutputs:
 
 
 @torch.no_grad()
-def collect_outputs(model, dataset, k: int | None = None, batch_size: int = 8) -> MammoEvalOutputs:
+def collect_outputs(
+    model: TopKSigLIP, dataset: BreastSamples, k: int | None = None, batch_size: int = 8
+) -> MammoEvalOutputs:
     """Run the vision tower (eval mode, no augmentation) over every sample of a MammoDataset."""
     model.eval()
     device = model.log_logit_scale.device
-    embeddings, importance, samples = [], [], []
+    embeddings: list[torch.Tensor] = []
+    importance: list[np.ndarray] = []
+    samples: list[BreastSample] = []
     for start in range(0, len(dataset), batch_size):
         chunk = [dataset.sample(i) for i in range(start, min(start + batch_size, len(dataset)))]
         images = torch.stack([s.image for s in chunk]).to(device)
@@ -117,7 +135,7 @@ def collect_outputs(model, dataset, k: int | None = None, batch_size: int = 8) -
 
 
 def outputs_of_samples(
-    samples: Sequence, embeddings: torch.Tensor, importance: np.ndarray | None
+    samples: Sequence[BreastSample], embeddings: torch.Tensor, importance: np.ndarray | None
 ) -> MammoEvalOutputs:
     """:class:`MammoEvalOutputs` of breast samples (labels and ROI boxes from each sample's
     record) with the given embeddings ``[n, C]`` and importance maps ``[n, G, G]``."""
@@ -154,7 +172,7 @@ def _safe_auroc(labels: np.ndarray, scores: np.ndarray, known: np.ndarray) -> fl
     return auroc(labels, np.asarray(scores)[known])
 
 
-def zero_shot_metrics(model, outputs: MammoEvalOutputs) -> dict[str, float]:
+def zero_shot_metrics(model: TopKSigLIP, outputs: MammoEvalOutputs) -> dict[str, float]:
     """Zero-shot AUROCs with the paper's prompts; metrics undefined on this data are left out.
 
     Keys: ``auroc_<finding>``, ``auroc_findings_avg``, ``auroc_cancer``, ``auroc_birads_<c>``,
@@ -273,7 +291,11 @@ def fit_linear_probe(
     counts = torch.bincount(y, minlength=num_classes).float()
     weights = torch.where(counts > 0, len(y) / (num_classes * counts.clamp_min(1)), 0.0)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=lr, weight_decay=weight_decay)
-    validate = val_x is not None and val_y is not None and len(np.unique(val_y)) > 1
+    validation = (
+        (val_x, val_y)
+        if val_x is not None and val_y is not None and len(np.unique(val_y)) > 1
+        else None
+    )
     best_value, best_state = -1.0, None
     order = torch.randperm(len(y), generator=generator)
     cursor = 0
@@ -286,10 +308,10 @@ def fit_linear_probe(
             optimizer.zero_grad()
             F.cross_entropy(layer(x[chosen]), y[chosen], weight=weights).backward()
             optimizer.step()
-        if validate and (step % eval_every == 0 or step == steps):
+        if validation is not None and (step % eval_every == 0 or step == steps):
             with torch.no_grad():
-                probs = torch.softmax(layer(val_x.float()), -1).numpy()
-            value = _probe_scores(probs, np.asarray(val_y), num_classes)
+                probs = torch.softmax(layer(validation[0].float()), -1).numpy()
+            value = _probe_scores(probs, np.asarray(validation[1]), num_classes)
             if value > best_value:
                 best_value = value
                 best_state = {k: v.clone() for k, v in layer.state_dict().items()}
@@ -389,7 +411,9 @@ def linear_probe_metrics(
     return readout_metrics(table)
 
 
-def zero_shot_k_sweep(model, dataset, ks: list[int], batch_size: int = 8) -> dict[str, float]:
+def zero_shot_k_sweep(
+    model: TopKSigLIP, dataset: BreastSamples, ks: list[int], batch_size: int = 8
+) -> dict[str, float]:
     """Zero-shot AUROCs with the top ``k`` patches for each ``k`` (keys ``<metric>@k<k>``)."""
     metrics: dict[str, float] = {}
     for k in ks:
@@ -399,7 +423,9 @@ def zero_shot_k_sweep(model, dataset, ks: list[int], batch_size: int = 8) -> dic
     return metrics
 
 
-def evaluate_mammography(model, dataset, k: int | None = None) -> dict[str, float]:
+def evaluate_mammography(
+    model: TopKSigLIP, dataset: BreastSamples, k: int | None = None
+) -> dict[str, float]:
     """Zero-shot AUROCs and localisation metrics of a model on a MammoDataset."""
     outputs = collect_outputs(model, dataset, k=k)
     metrics = zero_shot_metrics(model, outputs)
@@ -637,17 +663,17 @@ def bootstrap_readouts(
 class _Rows:
     """The samples ``indices`` of a dataset, as a dataset (``len`` and ``sample``)."""
 
-    def __init__(self, dataset, indices: Sequence[int]) -> None:
+    def __init__(self, dataset: BreastSamples, indices: Sequence[int]) -> None:
         self.dataset, self.indices = dataset, list(indices)
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def sample(self, index: int, epoch: int = 0):
+    def sample(self, index: int, epoch: int = 0) -> BreastSample:
         return self.dataset.sample(self.indices[index], epoch)
 
 
-def _prompt_probabilities(model, embeddings: torch.Tensor) -> dict[str, np.ndarray]:
+def _prompt_probabilities(model: TopKSigLIP, embeddings: torch.Tensor) -> dict[str, np.ndarray]:
     device = model.log_logit_scale.device
     logits = zero_shot_logits(model, embeddings.to(device))
     return {task: torch.softmax(v.float(), -1).cpu().numpy() for task, v in logits.items()}
@@ -655,8 +681,8 @@ def _prompt_probabilities(model, embeddings: torch.Tensor) -> dict[str, np.ndarr
 
 @torch.no_grad()
 def model_readouts(
-    model,
-    dataset,
+    model: TopKSigLIP,
+    dataset: BreastSamples,
     indices: Sequence[int] | None = None,
     k: int | None = None,
     k_sweep: Sequence[int] = (),
@@ -690,7 +716,9 @@ def probe_readouts(
     batch_size: int = 32,
     eval_every: int = 500,
     seed: int = 0,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray], dict]:
+) -> tuple[
+    dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray], dict[str, list[str]]
+]:
     """Linear-probe score columns on the test breasts: ``(scores, truth, known, groups)``.
 
     Fitted on ``train``, its step chosen on ``val`` (:func:`fit_linear_probe`). Binary tasks
@@ -709,8 +737,9 @@ def probe_readouts(
         test_known, test_labels, _ = test_tasks[name]
         if len(np.unique(labels[train_known])) < 2 or len(np.unique(test_labels[test_known])) < 2:
             continue
-        val_x = val_y = None
-        if name in val_tasks:
+        val_x: torch.Tensor | None = None
+        val_y: np.ndarray | None = None
+        if val is not None and name in val_tasks:
             val_known, val_labels, _ = val_tasks[name]
             val_x, val_y = val.embeddings[torch.from_numpy(val_known)], val_labels[val_known]
         probs = fit_linear_probe(

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from medvl_engine.evaluation.metrics import balanced_accuracy, bootstrap_std, macro_auroc
-from medvl_engine.models.limit import pool_patches
+from medvl_engine.models.limit import PoolingMethod, pool_patches
 
 __all__ = [
     "SlideExample",
@@ -108,7 +108,7 @@ def slide_class_scores(
     features: torch.Tensor,
     class_embeddings: torch.Tensor,
     tau_attn: float,
-    pooling: str = "report_guided",
+    pooling: PoolingMethod = "report_guided",
     k: int = 10,
     normalize_features: bool = True,
     generator: torch.Generator | None = None,
@@ -296,7 +296,7 @@ def zero_shot_predictions(
     template: str = DEFAULT_TEMPLATE,
     tissue_names: Mapping[str, str] | None = None,
     class_names: Mapping[str, str] | None = None,
-    pooling: str = "report_guided",
+    pooling: PoolingMethod = "report_guided",
     k: int = 10,
     normalize_features: bool = True,
     seed: int = 0,
@@ -421,7 +421,7 @@ def zero_shot_slides(
     template: str = DEFAULT_TEMPLATE,
     tissue_names: Mapping[str, str] | None = None,
     class_names: Mapping[str, str] | None = None,
-    pooling: str = "report_guided",
+    pooling: PoolingMethod = "report_guided",
     k: int = 10,
     normalize_features: bool = True,
     trials: int = 1000,
@@ -539,7 +539,7 @@ def template_synonym_robustness(
             tau_attn,
             **{**options, "template": template, "class_names": renamed, "trials": 0},
         )
-        return result["overall"]["balanced_accuracy"]
+        return float(result["overall"]["balanced_accuracy"])
 
     return _robustness(names, templates, synonyms, accuracy)
 
@@ -566,7 +566,7 @@ class _CachedEncoder:
 
 def _renamings(names: Sequence[str], synonyms: Sequence[str]) -> list[dict[str, str]]:
     """Class names under each synonym term (the names themselves when none matches)."""
-    terms = list(dict.fromkeys(synonyms)) or [None]
+    terms: list[str | None] = [*dict.fromkeys(synonyms)] or [None]
     renamed = [synonym_class_names(names, synonyms, t) if t else None for t in terms]
     return [r or {n: n for n in names} for r in renamed] + [{n: n for n in names}]
 
@@ -581,8 +581,8 @@ def _robustness(
     if not templates:
         raise ValueError("the robustness report needs at least one template")
     matching = any(synonym_class_names(names, synonyms, "\0")[n] != n for n in names)
-    terms: list[str] = list(dict.fromkeys(synonyms)) if matching else []
-    pairs = []
+    terms: list[str | None] = [*dict.fromkeys(synonyms)] if matching else []
+    pairs: list[dict[str, Any]] = []
     for template in templates:
         for term in terms or [None]:
             renamed = synonym_class_names(names, synonyms, term) if term else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,27 @@ __all__ = [
 
 POOLING_METHODS = ("report_guided", "mean", "random", "topk")
 PoolingMethod = Literal["report_guided", "mean", "random", "topk"]
+
+
+@overload
+def report_guided_pool(
+    patch_features: torch.Tensor,
+    queries: torch.Tensor,
+    tau_attn: float,
+    mask: torch.Tensor | None = None,
+    return_attention: Literal[False] = False,
+) -> torch.Tensor: ...
+
+
+@overload
+def report_guided_pool(
+    patch_features: torch.Tensor,
+    queries: torch.Tensor,
+    tau_attn: float,
+    mask: torch.Tensor | None = None,
+    *,
+    return_attention: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def report_guided_pool(
