@@ -82,6 +82,12 @@ class DemoScene:
         finally:
             self.timings.append((name, time.perf_counter() - started))
 
+    def mammogram_paths(self) -> tuple[Path, Path]:
+        """(CC, MLO) files of the synthetic pair; made before the mammography step runs."""
+        if self.cc_path is None or self.mlo_path is None:
+            raise RuntimeError("the demo's mammograms have not been made yet")
+        return self.cc_path, self.mlo_path
+
 
 def format_timings(timings: list[tuple[str, float]]) -> str:
     """One line: ``stage 1.2 s, stage 0.3 s, ... (total 1.5 s)``."""
@@ -114,7 +120,7 @@ def _make_mammograms(inputs: Path) -> SyntheticMammoCase:
     return make_mammogram_case(inputs / "mammograms", seed=DEMO_SEED, laterality="L")
 
 
-def _load_models(model: str, topk_model: str) -> tuple[Future, Future]:
+def _load_models(model: str, topk_model: str) -> tuple[Future[Any], Future[Any]]:
     """Load the encoder, then the TopK model, in one background thread (futures of each).
 
     The main thread paints the synthetic inputs meanwhile: loading is mostly imports and file
@@ -137,7 +143,7 @@ def _load_models(model: str, topk_model: str) -> tuple[Future, Future]:
     return loads
 
 
-def _run_pathology(scene: DemoScene, model: str, loading: Future, progress: Progress) -> None:
+def _run_pathology(scene: DemoScene, model: str, loading: Future[Any], progress: Progress) -> None:
     from medvl_engine.features import extract_features
     from medvl_engine.heatmap import similarity_map, top_patches
     from medvl_engine.io.slide import open_slide
@@ -163,7 +169,7 @@ def _run_pathology(scene: DemoScene, model: str, loading: Future, progress: Prog
 
 
 def _run_mammography(
-    scene: DemoScene, model: str, loading: Future, k: int | None, progress: Progress
+    scene: DemoScene, model: str, loading: Future[Any], k: int | None, progress: Progress
 ) -> None:
     from medvl_engine.io.mammo import breast_image, open_mammogram
     from medvl_engine.models.topksiglip_inference import predict_topk
@@ -171,7 +177,8 @@ def _run_mammography(
     scene.topk_model = model
     try:
         with scene.stage("open mammograms"):
-            cc, mlo = open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)
+            cc_path, mlo_path = scene.mammogram_paths()
+            cc, mlo = open_mammogram(cc_path), open_mammogram(mlo_path)
             scene.breast = breast_image(cc, mlo)
         progress(f"loading TopKSigLIP model {model}")
         with scene.stage("load TopK model"):
@@ -269,7 +276,8 @@ def _write_mammograms(scene: DemoScene) -> list[Path]:
     if scene.topk is not None:
         from medvl_engine.export import write_topk_outputs
 
-        sources = {"CC": Path(scene.cc_path), "MLO": Path(scene.mlo_path)}
+        cc_path, mlo_path = scene.mammogram_paths()
+        sources = {"CC": cc_path, "MLO": mlo_path}
         targets = [out / "topk.png", out / "topk.geojson", out / "topk.csv"]
         return list(
             write_topk_outputs(
@@ -280,7 +288,7 @@ def _write_mammograms(scene: DemoScene) -> list[Path]:
 
     from medvl_engine.io.mammo import open_mammogram
 
-    views = [open_mammogram(scene.cc_path), open_mammogram(scene.mlo_path)]
+    views = [open_mammogram(path) for path in scene.mammogram_paths()]
     height = max(view.pixels.shape[0] for view in views)
     gap = np.zeros((height, 16), dtype=np.float32)
     padded = [np.pad(v.pixels, ((0, height - v.pixels.shape[0]), (0, 0))) for v in views]

@@ -36,9 +36,11 @@ class PatchGridError(ConfigError, ValueError):
 class SlideLike(Protocol):
     """The part of ``medvl_engine.io.slide.Slide`` that tiling needs."""
 
-    dimensions: tuple[int, int]
     mpp: tuple[float, float] | None
     level_downsamples: list[float]
+
+    @property
+    def dimensions(self) -> tuple[int, int]: ...
 
     def get_best_level_for_downsample(self, downsample: float) -> int: ...
 

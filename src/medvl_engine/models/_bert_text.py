@@ -65,9 +65,10 @@ def build_bert_model(pretrained: str | None, config_fields: dict[str, Any]) -> B
     """Pretrained weights from ``pretrained`` (folder, hub id or :data:`MINILM`), else a fresh
     BERT built from ``config_fields`` (a BertConfig dict, as saved in a model folder)."""
     if pretrained:
-        return AutoModel.from_pretrained(
+        model: BertModel = AutoModel.from_pretrained(
             resolve_bert_source(pretrained), add_pooling_layer=False, trust_remote_code=False
         )
+        return model
     return BertModel(BertConfig(**config_fields), add_pooling_layer=False)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +64,8 @@ def write_byte_level_tokenizer(folder: str | Path) -> CLIPTokenizer:
     vocab[EOS_TOKEN] = len(vocab)
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     (folder / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
-    return CLIPTokenizer.from_pretrained(str(folder))
+    tokenizer: CLIPTokenizer = CLIPTokenizer.from_pretrained(str(folder))
+    return tokenizer
 
 
 def load_tokenizer(folder_or_id: str | Path) -> CLIPTokenizer:
@@ -72,7 +74,7 @@ def load_tokenizer(folder_or_id: str | Path) -> CLIPTokenizer:
 
 
 def build_text_model(
-    pretrained: str | None, tiny_config: dict | None, tokenizer: CLIPTokenizer
+    pretrained: str | None, tiny_config: dict[str, Any] | None, tokenizer: CLIPTokenizer
 ) -> CLIPTextModel:
     """The text encoder: the weights ``pretrained`` names (one sentence when they cannot be
     found), or with ``pretrained=None`` a randomly initialised model on purpose.

@@ -37,7 +37,7 @@ def build_convnext(
     """
     if pretrained:
         model = load_pretrained(ConvNextModel, pretrained, "ConvNeXt", "task.vision_pretrained")
-        shape = (list(model.config.depths), list(model.config.hidden_sizes))
+        shape = (list(model.config.depths or []), list(model.config.hidden_sizes or []))
         if shape != (list(depths), list(hidden_sizes)):
             raise ConfigError(
                 f"ConvNeXt weights {pretrained} have depths {shape[0]} and widths {shape[1]}, "
@@ -64,7 +64,7 @@ def grayscale_to_input(images: torch.Tensor) -> torch.Tensor:
 
 def run_stages(backbone: ConvNextModel, pixels: torch.Tensor, num_stages: int) -> torch.Tensor:
     """Feature map after the stem and the first ``num_stages`` stages: ``[B, C_s, h, w]``."""
-    hidden = backbone.embeddings(pixels)
+    hidden: torch.Tensor = backbone.embeddings(pixels)
     for stage in list(backbone.encoder.stages)[:num_stages]:
         hidden = stage(hidden)
     return hidden
@@ -73,4 +73,5 @@ def run_stages(backbone: ConvNextModel, pixels: torch.Tensor, num_stages: int) -
 def pooled_features(backbone: ConvNextModel, pixels: torch.Tensor) -> torch.Tensor:
     """Full backbone, global average pool and final LayerNorm: ``[B, C_last]``."""
     hidden = run_stages(backbone, pixels, len(backbone.encoder.stages))
-    return backbone.layernorm(hidden.mean(dim=(-2, -1)))
+    pooled: torch.Tensor = backbone.layernorm(hidden.mean(dim=(-2, -1)))
+    return pooled

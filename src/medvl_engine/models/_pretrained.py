@@ -27,10 +27,12 @@ def load_pretrained(model_class: type[T], source: str, what: str, setting: str) 
     if folder.is_dir():
         refuse_code(folder)
         with folder_errors(folder, f"{what} weights"):
-            return model_class.from_pretrained(str(folder), trust_remote_code=False)  # type: ignore[attr-defined]
+            loaded: T = model_class.from_pretrained(str(folder), trust_remote_code=False)  # type: ignore[attr-defined]
+            return loaded
     try:
         with folder_errors(folder, f"{what} weights"):
-            return model_class.from_pretrained(source, trust_remote_code=False)  # type: ignore[attr-defined]
+            fetched: T = model_class.from_pretrained(source, trust_remote_code=False)  # type: ignore[attr-defined]
+            return fetched
     except ModelNotFoundError as error:
         if isinstance(error.__cause__, (OSError, ValueError)):
             raise ModelNotFoundError(

@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from medvl_engine.encoders import TextTower
 
 __all__ = [
     "POOLING_METHODS",
@@ -172,7 +175,7 @@ class LimitModel(nn.Module):
 
     def __init__(
         self,
-        text_tower: nn.Module,
+        text_tower: TextTower,
         tau_attn: float = 0.05,
         normalize_features: bool = True,
         vision_encoder: str = "",

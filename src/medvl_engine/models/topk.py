@@ -36,8 +36,8 @@ _MIN_REMAINING = 1e-20
 def sample_gumbel(
     shape: torch.Size | tuple[int, ...],
     *,
-    device=None,
-    dtype=None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Standard Gumbel(0, 1) noise ``g = -log(-log(u))``, ``u ~ U(0, 1)``, of the given shape."""

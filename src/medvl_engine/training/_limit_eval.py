@@ -46,8 +46,11 @@ def _test_patches(task: Any) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | No
         group = zarr.open_group(str(record.features), mode="r")
         if "patch_labels" not in group:
             continue
+        patch_labels = group["patch_labels"]
+        if not isinstance(patch_labels, zarr.Array):
+            continue
         features.append(task.cache.get(record.features))
-        labels.append(np.asarray(group["patch_labels"][...]))
+        labels.append(np.asarray(patch_labels[...]))
         slides.append(np.full(len(labels[-1]), index))
     if not features:
         return None

@@ -43,7 +43,8 @@ def rebuild_function(name: str) -> Rebuild:
         raise MissingDependencyError(
             f"cannot rebuild {name}: {module_name} has no rebuild_shipped function"
         )
-    return rebuild
+    recipe: Callable[[Callable[[str], None] | None], Path] = rebuild
+    return recipe
 
 
 def _progress(name: str) -> Callable[[str], None]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +27,9 @@ from torch import nn
 from medvl_engine.data.mammo_dataset import MammoDataset
 from medvl_engine.errors import DataError
 from medvl_engine.models import _convnext
+
+if TYPE_CHECKING:
+    from transformers import ConvNextModel
 
 __all__ = ["LesionPatches", "lesion_patches", "pretrain_on_lesion_patches"]
 
@@ -95,7 +99,7 @@ def lesion_patches(
 
 
 def pretrain_on_lesion_patches(
-    backbone: nn.Module,
+    backbone: ConvNextModel,
     data: LesionPatches,
     steps: int,
     lr: float = 1e-3,

@@ -28,6 +28,10 @@ from medvl_engine._atomic import atomic_write
 from medvl_engine.training.config import RunConfig
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from medvl_engine.evaluation.mammography import MammoEvalOutputs
+    from medvl_engine.models.topksiglip import TopKSigLIP
     from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
 
 __all__ = ["evaluate_test_split", "LEVEL", "RESULT_NAME"]
@@ -65,7 +69,11 @@ def _device(requested: str) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _probe_columns(task: TopKSigLIPTask, model, test_outputs) -> tuple:
+def _probe_columns(
+    task: TopKSigLIPTask, model: TopKSigLIP, test_outputs: MammoEvalOutputs
+) -> tuple[
+    dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray], dict[str, list[str]]
+]:
     """Linear-probe score columns on the test breasts (train fits, validation chooses)."""
     from medvl_engine.evaluation.mammography import collect_outputs, probe_readouts
 
