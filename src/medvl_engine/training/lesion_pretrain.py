@@ -114,7 +114,7 @@ def pretrain_on_lesion_patches(
     """
     generator = torch.Generator().manual_seed(seed)
     device = next(backbone.parameters()).device
-    width = backbone.config.hidden_sizes[-1]
+    width = list(backbone.config.hidden_sizes or [])[-1]
     head = nn.Linear(width, 1).to(device)
     parameters = [p for p in backbone.parameters() if p.requires_grad] + list(head.parameters())
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
