@@ -20,7 +20,7 @@ from medvl_engine.encoders._preprocess import ImagePreprocess
 from medvl_engine.encoders._text_tower import TextTower
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import CLIPModel, PreTrainedTokenizerBase
 
 __all__ = ["ClipEncoder", "load_clip_folder"]
 
@@ -30,7 +30,7 @@ class ClipEncoder(PatchTextEncoder):
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CLIPModel,
         tokenizer: PreTrainedTokenizerBase,
         preprocess: ImagePreprocess,
         *,
@@ -52,14 +52,15 @@ class ClipEncoder(PatchTextEncoder):
     def _embed_patches(self, patches: torch.Tensor) -> torch.Tensor:
         pixels = self.preprocess(patches)
         pooled = self.model.vision_model(pixel_values=pixels).pooler_output
-        return self.model.visual_projection(pooled)
+        result: torch.Tensor = self.model.visual_projection(pooled)
+        return result
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
         return self.text_tower.encode(texts)
 
 
 def _clip_text_tower(
-    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, max_length: int
+    model: CLIPModel, tokenizer: PreTrainedTokenizerBase, max_length: int
 ) -> TextTower:
     """The CLIP text side as a :class:`TextTower` sharing the model's modules (no copy).
 

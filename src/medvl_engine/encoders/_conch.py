@@ -95,7 +95,10 @@ class ConchV1Encoder(PatchTextEncoder):
         )
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
-        return self.model.encode_text(self.tokenize(texts).to(self.device), normalize=False)
+        result: torch.Tensor = self.model.encode_text(
+            self.tokenize(texts).to(self.device), normalize=False
+        )
+        return result
 
     @property
     def text_tower(self) -> TextTower:
@@ -133,7 +136,8 @@ class ConchV15Encoder(PatchTextEncoder):
         self.target_mpp = 0.5
 
     def _embed_patches(self, patches: torch.Tensor) -> torch.Tensor:
-        return self.vision(self.preprocess(patches))
+        result: torch.Tensor = self.vision(self.preprocess(patches))
+        return result
 
     def _embed_text(self, texts: list[str]) -> torch.Tensor:
         raise TextTowerUnavailableError(

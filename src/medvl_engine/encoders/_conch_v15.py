@@ -120,7 +120,8 @@ class _PatchEmbed(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """[B, 3, H, W] -> [B, (H/P)(W/P), width], rows first."""
-        return self.proj(images).flatten(2).transpose(1, 2)
+        result: torch.Tensor = self.proj(images).flatten(2).transpose(1, 2)
+        return result
 
 
 class _SelfAttention(nn.Module):
@@ -135,7 +136,8 @@ class _SelfAttention(nn.Module):
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, width // self.heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, N, head_dim]
         out = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(out.transpose(1, 2).reshape(batch, tokens, width))
+        result: torch.Tensor = self.proj(out.transpose(1, 2).reshape(batch, tokens, width))
+        return result
 
 
 class _Mlp(nn.Module):
@@ -145,7 +147,8 @@ class _Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
+        result: torch.Tensor = self.fc2(F.gelu(self.fc1(x)))
+        return result
 
 
 class _LayerScale(nn.Module):
@@ -170,7 +173,8 @@ class _Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.ls1(self.attn(self.norm1(x)))
-        return x + self.ls2(self.mlp(self.norm2(x)))
+        result: torch.Tensor = x + self.ls2(self.mlp(self.norm2(x)))
+        return result
 
 
 class _Trunk(nn.Module):
@@ -214,7 +218,8 @@ class _Trunk(nn.Module):
         x = x + self.positions(rows, cols)
         for block in self.blocks:
             x = block(x)
-        return self.norm(x)
+        result: torch.Tensor = self.norm(x)
+        return result
 
 
 class _AttentionalPooler(nn.Module):
@@ -239,7 +244,8 @@ class _AttentionalPooler(nn.Module):
             return x.reshape(batch, x.shape[1], self.heads, -1).transpose(1, 2)
 
         out = F.scaled_dot_product_attention(split(q), split(k), split(v))
-        return self.to_out(out.transpose(1, 2).reshape(batch, q.shape[1], -1))
+        result: torch.Tensor = self.to_out(out.transpose(1, 2).reshape(batch, q.shape[1], -1))
+        return result
 
 
 class ConchV15Vision(nn.Module):
@@ -257,7 +263,8 @@ class ConchV15Vision(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         pooled = self.attn_pool_contrast(self.trunk(images))[:, 0]
-        return self.ln_contrast(pooled)
+        result: torch.Tensor = self.ln_contrast(pooled)
+        return result
 
 
 def save_conch_v15_folder(vision: ConchV15Vision, folder: str | Path) -> Path:

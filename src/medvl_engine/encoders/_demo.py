@@ -119,7 +119,8 @@ def demo_model_dir() -> Path:
 
 def minilm_tower(projection: torch.nn.Linear | None = None) -> TextTower:
     """The pretrained MiniLM (mean pooling, normalised) with ``projection`` on top."""
-    from transformers import BertModel, BertTokenizerFast
+    # BertTokenizerFast: a lazy alias in transformers 5 that its type information leaves out
+    from transformers import BertModel, BertTokenizerFast  # type: ignore[attr-defined]
 
     from medvl_engine.encoders._folder_checks import folder_errors, load_tokenizer
 
@@ -180,11 +181,13 @@ def load_demo_folder(
             "`make demo-models`.",
             source,
         )
-    vision = [state.get(key) for key in ("vision.mean", "vision.std", "vision.projection")]
-    if any(tensor is None for tensor in vision):
-        missing = [k for k in ("vision.mean", "vision.std", "vision.projection") if k not in state]
-        raise weights_mismatch(folder / "model.safetensors", missing, [])
-    mean, std, projection_matrix = vision
+    vision_keys = ("vision.mean", "vision.std", "vision.projection")
+    missing = [key for key in vision_keys if state.get(key) is None]
+    if missing:
+        raise weights_mismatch(
+            folder / "model.safetensors", [k for k in missing if k not in state], []
+        )
+    mean, std, projection_matrix = (state[key] for key in vision_keys)
     features = len(FEATURE_NAMES)
     if (
         tuple(mean.shape) != (features,)

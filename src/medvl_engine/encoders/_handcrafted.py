@@ -136,7 +136,8 @@ def _math(function: np.ufunc, values: torch.Tensor) -> torch.Tensor:
     element with one kernel on one thread. Other devices use torch's own function.
     """
     if values.device.type != "cpu":
-        return getattr(torch, function.__name__)(values)
+        result: torch.Tensor = getattr(torch, function.__name__)(values)
+        return result
     return torch.from_numpy(function(values.contiguous().numpy()))
 
 
@@ -177,7 +178,7 @@ def _window_average(values: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     index = torch.arange(size)
     starts = (index * length) // size
     counts = -((-(index + 1) * length) // size) - starts
-    total = None
+    total: torch.Tensor | None = None
     for offset in range(int(counts.max())):
         inside = offset < counts
         picked = values.index_select(dim, (starts + offset).clamp_max(length - 1))
@@ -186,6 +187,8 @@ def _window_average(values: torch.Tensor, dim: int, size: int) -> torch.Tensor:
             shape[dim] = size
             picked = picked * inside.view(shape).to(values.dtype)
         total = picked if total is None else total + picked
+    if total is None:
+        raise ValueError(f"cannot average {length} samples into {size}")
     shape = [1] * values.ndim
     shape[dim] = size
     return total / counts.view(shape).to(values.dtype)
@@ -202,8 +205,12 @@ def _box_mean(image: torch.Tensor, size: int) -> torch.Tensor:
     h - size + 1, w - size + 1], as ``F.avg_pool2d(image, size, stride=1)`` (separable sums)."""
     rows = image.shape[-2] - size + 1
     cols = image.shape[-1] - size + 1
-    summed = sum(image[..., k : k + rows, :] for k in range(size))
-    summed = sum(summed[..., k : k + cols] for k in range(size))
+    summed_rows = image[..., 0:rows, :]
+    for k in range(1, size):
+        summed_rows = summed_rows + image[..., k : k + rows, :]
+    summed = summed_rows[..., 0:cols]
+    for k in range(1, size):
+        summed = summed + summed_rows[..., k : k + cols]
     return summed / (size * size)
 
 
@@ -252,7 +259,8 @@ def _neighbour_correlation(image: torch.Tensor, dim: int) -> torch.Tensor:
     b = image.narrow(dim, 1, image.shape[dim] - 1).flatten(1)
     a = a - a.mean(1, keepdim=True)
     b = b - b.mean(1, keepdim=True)
-    return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-6)
+    result: torch.Tensor = (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(1e-6)
+    return result
 
 
 def _channel_correlations(flat: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -32,12 +33,12 @@ class ImagePreprocess:
     do_center_crop: bool = True
 
     @classmethod
-    def from_config(cls, config: dict) -> ImagePreprocess:
+    def from_config(cls, config: dict[str, Any]) -> ImagePreprocess:
         """Build from a Hugging Face ``preprocessor_config.json`` dict."""
         size = config.get("size", 224)
         if isinstance(size, dict):
-            shortest = size.get("shortest_edge") or min(
-                size.get("height", 224), size.get("width", 224)
+            shortest = int(
+                size.get("shortest_edge") or min(size.get("height", 224), size.get("width", 224))
             )
         else:
             shortest = int(size)

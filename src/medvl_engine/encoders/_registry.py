@@ -82,19 +82,25 @@ def _load_folder(
     return loader(folder, config, name, device)
 
 
-def _load_clip(folder: Path, config: dict, name: str, device: torch.device) -> PatchTextEncoder:
+def _load_clip(
+    folder: Path, config: dict[str, Any], name: str, device: torch.device
+) -> PatchTextEncoder:
     from medvl_engine.encoders._clip import load_clip_folder
 
     return load_clip_folder(folder, name=name, device=device)
 
 
-def _load_demo(folder: Path, config: dict, name: str, device: torch.device) -> PatchTextEncoder:
+def _load_demo(
+    folder: Path, config: dict[str, Any], name: str, device: torch.device
+) -> PatchTextEncoder:
     from medvl_engine.encoders._demo import load_demo_folder
 
     return load_demo_folder(folder, config, name=name, device=device)
 
 
-def _load_paired(folder: Path, config: dict, name: str, device: torch.device) -> PatchTextEncoder:
+def _load_paired(
+    folder: Path, config: dict[str, Any], name: str, device: torch.device
+) -> PatchTextEncoder:
     from medvl_engine.encoders._paired import load_paired_folder
 
     return load_paired_folder(
@@ -102,14 +108,16 @@ def _load_paired(folder: Path, config: dict, name: str, device: torch.device) ->
     )
 
 
-def _load_conch_v1(folder: Path, config: dict, name: str, device: torch.device) -> PatchTextEncoder:
+def _load_conch_v1(
+    folder: Path, config: dict[str, Any], name: str, device: torch.device
+) -> PatchTextEncoder:
     from medvl_engine.encoders._conch import load_conch_v1
 
     return load_conch_v1(folder, name=name, device=device)
 
 
 def _load_conch_v15(
-    folder: Path, config: dict, name: str, device: torch.device
+    folder: Path, config: dict[str, Any], name: str, device: torch.device
 ) -> PatchTextEncoder:
     from medvl_engine.encoders._conch import load_conch_v15
 

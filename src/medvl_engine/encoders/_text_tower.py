@@ -77,7 +77,8 @@ class TextTower(torch.nn.Module):
             pooled = (output.last_hidden_state * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
         if self.normalize_pooled:
             pooled = F.normalize(pooled, dim=-1)
-        return pooled
+        result: torch.Tensor = pooled
+        return result
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Token ids [T, L] -> text embeddings [T, D] (not normalised)."""
@@ -87,7 +88,8 @@ class TextTower(torch.nn.Module):
     def encode(self, texts: list[str]) -> torch.Tensor:
         device = next(self.parameters()).device
         tokens = self.tokenize(texts, device)
-        return self(tokens["input_ids"], tokens["attention_mask"])
+        result: torch.Tensor = self(tokens["input_ids"], tokens["attention_mask"])
+        return result
 
 
 def text_tower_config(tower: TextTower) -> dict[str, Any]:

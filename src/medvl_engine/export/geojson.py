@@ -41,7 +41,7 @@ def _rectangle(x0: float, y0: float, x1: float, y1: float) -> list[list[float]]:
     return [[x0, y0], [x1, y0], [x1, y1], [x0, y1], [x0, y0]]
 
 
-def _feature(geometry: dict, properties: dict) -> dict:
+def _feature(geometry: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "Feature", "geometry": geometry, "properties": properties}
 
 
@@ -141,7 +141,7 @@ def heatmap_tiles_geojson(
     model: str | Path | None = None,
     threshold: float | None = None,
     n_bins: int = DEFAULT_SCORE_BINS,
-) -> dict:
+) -> dict[str, Any]:
     """One square per patch: coords [N, 2] (x, y) level-0 px top-left, scores [N].
 
     Each tile carries its score (``measurements.score`` and ``score``), a colour from
@@ -209,7 +209,7 @@ def heatmap_contours_geojson(
     value_range: tuple[float, float] | None = None,
     mode: str | None = None,
     model: str | Path | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Iso-contour regions of a score grid [rows, cols], one MultiPolygon per level.
 
     A region holds the cells scoring >= level (NaN cells count as below every level); its
@@ -230,7 +230,8 @@ def heatmap_contours_geojson(
     features = []
     for level in levels:
         contours = find_contours(padded, float(level), positive_orientation="high")
-        outers, holes = [], []
+        outers: list[np.ndarray] = []
+        holes: list[np.ndarray] = []
         for contour in contours:
             if len(contour) < 4:
                 continue
@@ -281,13 +282,13 @@ def boxes_geojson(
     object_type: str = "annotation",
     color: Sequence[int] = (255, 200, 0),
     model: str | Path | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Boxes [N, 4] as (x0, y0, x1, y1) level-0 px -> rectangles with rank and score."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     provenance = _provenance(model)
     features = []
     for rank, box in enumerate(boxes, start=1):
-        measurements = {"rank": rank}
+        measurements: dict[str, float] = {"rank": rank}
         extra: dict[str, Any] = {"rank": rank, "name": f"{name} {rank}"}
         if scores is not None:
             measurements["score"] = float(scores[rank - 1])
@@ -304,7 +305,7 @@ def boxes_geojson(
     return {"type": "FeatureCollection", "features": features, "medvl": model_metadata(model)}
 
 
-def write_geojson(path: str | Path, *collections: dict) -> Path:
+def write_geojson(path: str | Path, *collections: dict[str, Any]) -> Path:
     """Write one FeatureCollection (the features of all ``collections``) atomically.
 
     The top-level ``"medvl"`` objects of the collections are merged (the first one's keys
@@ -332,7 +333,7 @@ def _signed_area(ring_rc: np.ndarray) -> float:
 def _to_level0(ring_rc: np.ndarray, origin: tuple[float, float], cell: float) -> list[list[float]]:
     x = origin[0] + (ring_rc[:, 1] + 0.5) * cell
     y = origin[1] + (ring_rc[:, 0] + 0.5) * cell
-    ring = np.round(np.stack([x, y], axis=1), 2).tolist()
+    ring: list[list[float]] = np.round(np.stack([x, y], axis=1), 2).tolist()
     if ring[0] != ring[-1]:
         ring.append(ring[0])
     return ring

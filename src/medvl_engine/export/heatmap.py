@@ -45,26 +45,36 @@ class PatchLayout:
     slide_dimensions: tuple[int, int] | None = None
 
 
+def _float_pair(values: np.ndarray) -> tuple[float, float]:
+    first, second = (float(v) for v in values)
+    return first, second
+
+
+def _int_pair(values: np.ndarray) -> tuple[int, int]:
+    first, second = (int(v) for v in values)
+    return first, second
+
+
 def load_heatmap_npz(path: str | Path) -> tuple[Heatmap, PatchLayout]:
     """Read back a heatmap written as .npz by :func:`export_heatmap`."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             values = {key: data[key] for key in data.files}
-        mpp = tuple(float(v) for v in values["mpp"])
-        dims = tuple(int(v) for v in values["slide_dimensions"])
+        mpp = _float_pair(values["mpp"])
+        dims = _int_pair(values["slide_dimensions"])
         heatmap = Heatmap(
             grid=values["grid"].astype(np.float32),
             scores=values["scores"].astype(np.float32),
-            origin_level0=tuple(int(v) for v in values["origin_level0"]),
+            origin_level0=_int_pair(values["origin_level0"]),
             cell_size_level0=int(values["cell_size_level0"]),
-            scale=tuple(float(v) for v in values["scale"]),
-            translate=tuple(float(v) for v in values["translate"]),
+            scale=_float_pair(values["scale"]),
+            translate=_float_pair(values["translate"]),
             units=str(values["units"]),
             mode=str(values["mode"]),
             normalize=str(values["normalize"]),
             prompt=str(values["prompt"]),
-            value_range=tuple(float(v) for v in values["value_range"]),
+            value_range=_float_pair(values["value_range"]),
             metadata={"encoder": str(values["model"])} if "model" in values else {},
         )
         layout = PatchLayout(

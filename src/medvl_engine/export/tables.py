@@ -33,7 +33,8 @@ def write_npz(
     ``mpp`` is stored as NaN and ``slide_dimensions`` as -1 when unknown.
     """
     provenance = model_metadata(model)
-    arrays = {
+    # Any: numpy types **kwds of savez_compressed as if they could reach allow_pickle
+    arrays: dict[str, Any] = {
         "mpp": np.asarray(mpp if mpp is not None else (np.nan, np.nan), np.float64),
         "slide_dimensions": np.asarray(slide_dimensions or (-1, -1), np.int64),
         "scores": np.asarray(heatmap.scores, np.float32),

@@ -155,15 +155,16 @@ def write_heatmap_tiff(
     return atomic_write(path, write, what="heatmap TIFF")
 
 
-def read_heatmap_tiff_description(path: str | Path) -> dict:
+def read_heatmap_tiff_description(path: str | Path) -> dict[str, Any]:
     """The JSON ImageDescription of a heatmap TIFF written by :func:`write_heatmap_tiff`."""
     import tifffile
 
     path = Path(path)
     try:
         with tifffile.TiffFile(path) as tif:
-            text = tif.pages[0].description
-        description = json.loads(text)
+            page = tif.pages[0]
+            text = page.description if isinstance(page, tifffile.TiffPage) else ""
+        description: dict[str, Any] = json.loads(text)
         if description.get("medvl") != "heatmap":
             raise ValueError("no medvl heatmap description")
     except FileNotFoundError as error:

@@ -11,11 +11,12 @@ failed export never leaves a half-written file.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def _rows(result: TopKResult) -> list[tuple[str, int, float, np.ndarray]]:
 
 def topk_geojson(
     result: TopKResult, sources: dict[str, Path], model: str | Path | None = None
-) -> dict:
+) -> dict[str, Any]:
     """A GeoJSON FeatureCollection: one Polygon per patch in its view's source px."""
     provenance = model_metadata(model)
     named = {key: value for key, value in provenance.items() if value}
@@ -156,7 +157,7 @@ def write_topk_outputs(
         if suffix == ".geojson":
             document = topk_geojson(result, sources, model)
             written.append(
-                atomic_write_stream(path, lambda h, d=document: json.dump(d, h, indent=1))
+                atomic_write_stream(path, functools.partial(json.dump, document, indent=1))
             )
         elif suffix == ".csv":
 
@@ -182,15 +183,21 @@ def write_topk_outputs(
             written.append(
                 atomic_write_stream(
                     npy,
-                    lambda h: np.save(h, np.asarray(result.importance, np.float32)),
+                    functools.partial(np.save, arr=np.asarray(result.importance, np.float32)),
                     binary=True,
                 )
             )
         elif suffix == ".png":
             data = render_topk_png(result, breast, model=model)
-            written.append(atomic_write_stream(path, lambda h, d=data: h.write(d), binary=True))
+            written.append(
+                atomic_write_stream(path, functools.partial(_write_bytes, data), binary=True)
+            )
         else:
             raise ExportError(
                 f"output {path} has an unsupported extension; use .geojson, .csv or .png.", path
             )
     return written
+
+
+def _write_bytes(data: bytes, handle: IO[bytes]) -> None:
+    handle.write(data)

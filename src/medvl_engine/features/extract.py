@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +27,8 @@ from medvl_engine.features.store import (
     StoreMismatch,
     create_store,
     open_store_group,
+    store_array,
+    stored_count,
 )
 
 __all__ = [
@@ -111,8 +113,8 @@ def extract_features(
         group = None  # a cached store of an older format or another slide: built again
     if group is None:
         group = create_store(out_path, coords, attrs, chunk_rows=batch_size)
-    features = group["features"]
-    done = int(group.attrs.get("n_done", 0))
+    features = store_array(group, "features", out_path)
+    done = stored_count(group, "n_done", out_path)
     if progress is not None:
         progress(done, total)
     is_cancelled = _cancel_check(cancel)
@@ -140,8 +142,8 @@ def extract_features(
         ) as pool,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="medvl-write") as writer,
     ):
-        pending: deque[tuple[int, int, Future]] = deque()
-        writes: deque[Future] = deque()  # at most one batch written behind the encoder
+        pending: deque[tuple[int, int, Future[Any]]] = deque()
+        writes: deque[Future[Any]] = deque()  # at most one batch written behind the encoder
 
         def top_up() -> None:
             queued = sum(stop - start for start, stop, _ in pending)
@@ -347,7 +349,7 @@ def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callab
     return lambda: bool(cancel())
 
 
-def _autocast(device: torch.device):
+def _autocast(device: torch.device) -> AbstractContextManager[object]:
     if device.type != "cuda":
         return nullcontext()
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16

@@ -16,7 +16,7 @@ from medvl_engine.features.store import FeatureStore
 
 __all__ = ["check_store_matches_slide", "slide_identity", "store_file_name"]
 
-_FINGERPRINTS: dict[tuple, str] = {}
+_FINGERPRINTS: dict[tuple[Any, ...], str] = {}
 
 
 def slide_identity(slide: Any) -> tuple[str, str | None]:

@@ -15,10 +15,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    import zarr
 
 from medvl_engine.errors import CorruptFileError, DataError, UnsupportedFormatError
 from medvl_engine.features._sniff import HDF5_MAGIC, starts_with
@@ -30,6 +33,8 @@ __all__ = [
     "create_store",
     "open_store_group",
     "read_store",
+    "store_array",
+    "stored_count",
     "store_source_fingerprint",
     "write_imported_store",
 ]
@@ -123,7 +128,34 @@ class FeatureStore:
         return min(steps) if steps else int(self.patch_size_level0)
 
 
-def create_store(path: Path, coords: np.ndarray, attrs: dict[str, Any], chunk_rows: int):
+def store_array(group: zarr.Group, name: str, path: Path) -> zarr.Array[Any]:
+    """The array ``name`` ("features" or "coords") of the store's zarr group at ``path``."""
+    import zarr
+
+    array = group[name]
+    if not isinstance(array, zarr.Array):
+        raise CorruptFileError(
+            f"{path} holds a group where its {name!r} array should be; extract the features again.",
+            path,
+        )
+    return array
+
+
+def stored_count(group: zarr.Group, key: str, path: Path) -> int:
+    """A patch count (``n_done``, ``n_total``) saved in the attributes of the store at ``path``
+    (0 when absent)."""
+    value = group.attrs.get(key, 0)
+    if not isinstance(value, (int, float)):
+        raise CorruptFileError(
+            f"{path} records {key} as {value!r}, not a number; extract the features again.",
+            path,
+        )
+    return int(value)
+
+
+def create_store(
+    path: Path, coords: np.ndarray, attrs: dict[str, Any], chunk_rows: int
+) -> zarr.Group:
     """A fresh zarr group with ``coords`` written and ``features`` [N, D] allocated (n_done = 0)."""
     import zarr
 
@@ -159,7 +191,7 @@ def _is_store(path: Path) -> bool:
         return False
 
 
-def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]):
+def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]) -> zarr.Group | None:
     """The existing group at ``path`` if it is this extraction (to resume), else None.
 
     Raises DataError when ``path`` holds a store made from a different grid or encoder, so that
@@ -194,7 +226,8 @@ def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]):
             "first.",
             path,
         )
-    same_coords = "coords" in group and np.array_equal(group["coords"][:], coords)
+    stored_coords = group["coords"]
+    same_coords = isinstance(stored_coords, zarr.Array) and np.array_equal(stored_coords[:], coords)
     if stored != wanted or not same_coords:
         raise StoreMismatch(
             f"{path} already holds features from another encoder or patch grid "
@@ -219,8 +252,10 @@ def read_store(path: Path) -> dict[str, Any]:
         )
     try:
         group = zarr.open_group(str(path), mode="r")
-        attrs = dict(group.attrs)
+        attrs: dict[str, Any] = dict(group.attrs)
         features_array, coords_array = group["features"], group["coords"]
+        if not isinstance(features_array, zarr.Array) or not isinstance(coords_array, zarr.Array):
+            raise TypeError("features and coords must be arrays")
     except Exception as error:  # zarr raises many types for a bad folder
         raise CorruptFileError(
             f"{path} is not a readable feature store (no zarr group with features and coords); "
@@ -268,7 +303,8 @@ def store_source_fingerprint(path: Path) -> str | None:
         attrs = zarr.open_group(str(path), mode="r").attrs
         if attrs.get("format") != STORE_FORMAT or attrs.get("n_done") != attrs.get("n_total"):
             return None
-        return attrs.get("source_fingerprint")
+        fingerprint = attrs.get("source_fingerprint")
+        return None if fingerprint is None else str(fingerprint)
     except Exception:  # missing or damaged: imported again
         return None
 
@@ -294,6 +330,6 @@ def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerpr
         "source_fingerprint": source_fingerprint,
     }
     group = create_store(out_path, store.coords, attrs, chunk_rows=4096)
-    group["features"][:] = store.features
+    store_array(group, "features", out_path)[:] = store.features
     group.attrs["n_done"] = store.n_patches  # last: a killed import reads as incomplete
     store.path = out_path

@@ -277,7 +277,8 @@ class TopKSigLIP(nn.Module):
         out = self.text_model(input_ids=input_ids, attention_mask=attention_mask)
         if self.config.text_family == "bert":
             return _bert_text.masked_mean(out.last_hidden_state, attention_mask)
-        return out.pooler_output
+        result: torch.Tensor = out.pooler_output
+        return result
 
     @torch.no_grad()
     def _frozen_text_features(

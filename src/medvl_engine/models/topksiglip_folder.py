@@ -134,7 +134,7 @@ def _text_reference(folder: Path) -> str | None:
             "its text tower.",
             folder / CONFIG_NAME,
         )
-    return reference
+    return str(reference)
 
 
 def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu") -> TopKSigLIP:

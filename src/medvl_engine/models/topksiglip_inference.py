@@ -81,7 +81,7 @@ def predict_topk(
             tensor, size=(side, side), mode="bilinear", antialias=True, align_corners=False
         )
     out = model.encode_image(tensor.clamp(0.0, 1.0), k=k)
-    if out.log_weights is None:
+    if out.log_weights is None or out.indices is None:
         raise ValueError("predict_topk needs a TopK-Patch model (vision_mode='topk').")
     probs = torch.softmax(out.log_weights[0].float(), dim=-1).cpu().numpy()
     indices = out.indices[0].cpu().numpy()
