@@ -34,10 +34,11 @@ class PatchGridError(ConfigError, ValueError):
 
 
 class SlideLike(Protocol):
-    """The part of ``medvl_engine.io.slide.Slide`` that tiling needs."""
+    """The part of ``medvl_engine.io.slide.Slide`` that tiling and feature extraction need."""
 
     mpp: tuple[float, float] | None
     level_downsamples: list[float]
+    level_dimensions: list[tuple[int, int]]  # (width, height) of every pyramid level
 
     @property
     def dimensions(self) -> tuple[int, int]: ...

@@ -7,11 +7,21 @@ task's prompts of ``gamma * cos(z_v, z_t)``. Findings are four independent binar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 import torch
 
-__all__ = ["ZERO_SHOT_PROMPTS", "zero_shot_logits", "zero_shot_probabilities"]
+__all__ = ["ZERO_SHOT_PROMPTS", "PromptModel", "zero_shot_logits", "zero_shot_probabilities"]
+
+
+class PromptModel(Protocol):
+    """What zero-shot readouts need of a model (``TopKSigLIP`` has it)."""
+
+    def encode_text(self, texts: list[str]) -> torch.Tensor: ...
+
+    @property
+    def logit_scale(self) -> torch.Tensor: ...
+
 
 _NO_FINDING = "No suspicious masses, calcifications or other abnormalities are seen."
 
@@ -60,7 +70,7 @@ ZERO_SHOT_PROMPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 @torch.no_grad()
-def zero_shot_logits(model: Any, image_embeddings: torch.Tensor) -> dict[str, torch.Tensor]:
+def zero_shot_logits(model: PromptModel, image_embeddings: torch.Tensor) -> dict[str, torch.Tensor]:
     """``{task: [B, classes]}`` logits ``gamma * z_v z_t^T`` for every task of the prompt table.
 
     model: anything with ``encode_text(list[str]) -> [T, C]`` (L2-normalised) and
@@ -80,7 +90,7 @@ def zero_shot_logits(model: Any, image_embeddings: torch.Tensor) -> dict[str, to
 
 
 def zero_shot_probabilities(
-    model: Any, image_embeddings: torch.Tensor
+    model: PromptModel, image_embeddings: torch.Tensor
 ) -> list[dict[str, dict[str, float]]]:
     """Per image: ``{task: {class: probability}}`` (softmax over each task's prompts)."""
     logits = zero_shot_logits(model, image_embeddings)

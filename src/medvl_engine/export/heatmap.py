@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from medvl_engine.export.tables import write_boxes_csv, write_npz, write_patches
 from medvl_engine.export.tiff import write_heatmap_tiff
 from medvl_engine.features import FeatureStore
 from medvl_engine.heatmap import Heatmap
+
+if TYPE_CHECKING:
+    from medvl_engine.io.slide import Slide
 
 __all__ = ["EXPORT_SUFFIXES", "PatchLayout", "export_heatmap", "load_heatmap_npz"]
 
@@ -110,7 +113,7 @@ def export_heatmap(
     heatmap: Heatmap,
     store: FeatureStore | PatchLayout,
     *,
-    slide: Any = None,
+    slide: Slide | None = None,
     boxes: np.ndarray | None = None,
     box_scores: np.ndarray | None = None,
     geojson_style: str = "tiles",
@@ -204,7 +207,7 @@ def export_heatmap(
     if suffix in (".tif", ".tiff"):
         dimensions, mpp = store.slide_dimensions, store.mpp
         if slide is not None:
-            dimensions = dimensions or tuple(slide.dimensions)
+            dimensions = dimensions or slide.dimensions
             mpp = mpp or slide.mpp
         return write_heatmap_tiff(
             path,

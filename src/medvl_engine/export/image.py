@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from medvl_engine._model_label import model_footer
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
+
+    from medvl_engine.heatmap import Heatmap
+    from medvl_engine.io.slide import Slide
 
 __all__ = ["composite_image", "sample_grid", "with_footer", "write_image"]
 
@@ -48,8 +51,8 @@ def sample_grid(
 
 
 def composite_image(
-    slide: Any,
-    heatmap: Any,
+    slide: Slide,
+    heatmap: Heatmap,
     *,
     max_size: int = 2048,
     level: int | None = None,
@@ -58,7 +61,7 @@ def composite_image(
     boxes: np.ndarray | None = None,
     legend: bool = True,
     title: str | None = None,
-    model: str | Any = None,
+    model: str | Path | None = None,
 ) -> np.ndarray:
     """The slide with the heatmap blended, uint8 RGB: the whole pyramid ``level`` when given,
     else a thumbnail whose longest side is at most ``max_size``.

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medvl_engine._atomic import atomic_write
 from medvl_engine._model_label import model_metadata
 
+if TYPE_CHECKING:
+    from medvl_engine.heatmap import Heatmap
+
 __all__ = ["write_boxes_csv", "write_npz", "write_patches_csv"]
 
 
 def write_npz(
     path: str | Path,
-    heatmap: Any,
+    heatmap: Heatmap,
     coords: np.ndarray,
     patch_size_level0: int,
     mpp: tuple[float, float] | None = None,

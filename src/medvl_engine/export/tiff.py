@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from medvl_engine._atomic import atomic_write
 from medvl_engine._colormap import apply_colormap, display_limits, is_signed, resolve_colormap
 from medvl_engine._model_label import model_metadata
 from medvl_engine.errors import CorruptFileError, ExportError
+
+if TYPE_CHECKING:
+    from medvl_engine.heatmap import Heatmap
 
 __all__ = [
     "TIFF_VALUES",
@@ -42,7 +45,7 @@ _TARGET_UM_PER_PX = 8.0
 _MAX_PIXELS = 1 << 29
 
 
-def heatmap_tiff_downsample(heatmap: Any, mpp: tuple[float, float] | None = None) -> int:
+def heatmap_tiff_downsample(heatmap: Heatmap, mpp: tuple[float, float] | None = None) -> int:
     """Level-0 px per TIFF pixel: about 8 um per pixel (1/8 cell without an mpp).
 
     Prefers the largest divisor of gcd(cell, origin_x, origin_y) not above that target, so
@@ -57,7 +60,9 @@ def heatmap_tiff_downsample(heatmap: Any, mpp: tuple[float, float] | None = None
     return exact if 2 * exact >= target else int(target)
 
 
-def heatmap_on_slide(heatmap: Any, extent: tuple[int, int] | None, downsample: int) -> np.ndarray:
+def heatmap_on_slide(
+    heatmap: Heatmap, extent: tuple[int, int] | None, downsample: int
+) -> np.ndarray:
     """Heatmap values float32 [ceil(H / d), ceil(W / d)] over the slide, NaN where no cell.
 
     ``extent`` is the slide's level-0 (width, height); None covers (0, 0) to the grid's
@@ -70,7 +75,7 @@ def heatmap_on_slide(heatmap: Any, extent: tuple[int, int] | None, downsample: i
 
 def write_heatmap_tiff(
     path: str | Path,
-    heatmap: Any,
+    heatmap: Heatmap,
     *,
     slide_dimensions: tuple[int, int] | None = None,
     mpp: tuple[float, float] | None = None,
@@ -179,7 +184,7 @@ def read_heatmap_tiff_description(path: str | Path) -> dict[str, Any]:
 
 
 def _description(
-    heatmap: Any,
+    heatmap: Heatmap,
     slide_dimensions: tuple[int, int] | None,
     mpp: tuple[float, float] | None,
     downsample: int,
@@ -211,7 +216,7 @@ def _description(
     )
 
 
-def _extent(heatmap: Any, slide_dimensions: tuple[int, int] | None) -> tuple[int, int]:
+def _extent(heatmap: Heatmap, slide_dimensions: tuple[int, int] | None) -> tuple[int, int]:
     """Level-0 (width, height) the TIFF covers: the slide's, else up to the grid's far corner."""
     if slide_dimensions is not None:
         return int(slide_dimensions[0]), int(slide_dimensions[1])
@@ -233,7 +238,7 @@ def _rgba(scores: np.ndarray, value_range: tuple[float, float], colormap: str) -
 
 
 def _gather(
-    cells: np.ndarray, heatmap: Any, extent: tuple[int, int], downsample: int
+    cells: np.ndarray, heatmap: Heatmap, extent: tuple[int, int], downsample: int
 ) -> np.ndarray:
     """Per-pixel copy [ceil(H / d), ceil(W / d), ...] of ``cells`` [rows + 1, cols + 1, ...]
     (the grid padded with one "no cell" row and column) at downsample d."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -30,6 +30,10 @@ from medvl_engine.features.store import (
     store_array,
     stored_count,
 )
+
+if TYPE_CHECKING:
+    from medvl_engine.encoders import PatchTextEncoder
+    from medvl_engine.tiling import SlideLike
 
 __all__ = [
     "PatchGridLike",
@@ -56,8 +60,8 @@ class PatchGridLike(Protocol):
 
 
 def extract_features(
-    slide: Any,
-    encoder: Any,
+    slide: SlideLike,
+    encoder: PatchTextEncoder,
     grid: PatchGridLike,
     out_path: str | Path,
     batch_size: int = 64,
@@ -189,7 +193,7 @@ def extract_features(
     return FeatureStore.open(out_path)
 
 
-def store_path_for(slide: Any, encoder: Any, grid: PatchGridLike) -> Path:
+def store_path_for(slide: SlideLike, encoder: PatchTextEncoder, grid: PatchGridLike) -> Path:
     """Cache location of the store for (slide content, encoder, patch grid): MEDVL_CACHE/features.
 
     Keyed by the slide's content fingerprint, not its path: two different slides with the same
@@ -216,8 +220,8 @@ def store_path_for(slide: Any, encoder: Any, grid: PatchGridLike) -> Path:
 
 
 def slide_features(
-    slide: Any,
-    encoder: Any,
+    slide: SlideLike,
+    encoder: PatchTextEncoder,
     out_path: str | Path | None = None,
     *,
     patch_size: int | None = None,
@@ -258,7 +262,7 @@ def slide_features(
     )
 
 
-def read_patches(slide: Any, coords: np.ndarray, level: int, patch_size: int) -> np.ndarray:
+def read_patches(slide: SlideLike, coords: np.ndarray, level: int, patch_size: int) -> np.ndarray:
     """Pixels of patches uint8 [B, p, p, 3]; ``coords`` [B, 2] (x, y) level-0 px top-left.
 
     A compact batch (bounding box at most 2.5 x the patches' area) is read as one region and

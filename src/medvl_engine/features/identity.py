@@ -8,18 +8,21 @@ features imported without a fingerprint, when its patches lie on the slide.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medvl_engine._fingerprint import short_fingerprint, slide_fingerprint
 from medvl_engine.errors import DataError
 from medvl_engine.features.store import FeatureStore
+
+if TYPE_CHECKING:
+    from medvl_engine.tiling import SlideLike
 
 __all__ = ["check_store_matches_slide", "slide_identity", "store_file_name"]
 
 _FINGERPRINTS: dict[tuple[Any, ...], str] = {}
 
 
-def slide_identity(slide: Any) -> tuple[str, str | None]:
+def slide_identity(slide: SlideLike) -> tuple[str, str | None]:
     """(file name, content fingerprint) of an open slide; ("", None) for one without a file.
 
     Fingerprints are remembered per (path, size, modification time, inode), so asking again
@@ -46,14 +49,14 @@ def slide_identity(slide: Any) -> tuple[str, str | None]:
     return path.name, _FINGERPRINTS[key]
 
 
-def store_file_name(slide: Any) -> str:
+def store_file_name(slide: SlideLike) -> str:
     """``<slide stem>-<12 hex digits of its fingerprint>.zarr``: same-named slides never share."""
     name, fingerprint = slide_identity(slide)
     stem = Path(name).stem or "slide"
     return f"{stem}-{short_fingerprint(fingerprint)}.zarr" if fingerprint else f"{stem}.zarr"
 
 
-def check_store_matches_slide(store: FeatureStore, slide: Any) -> None:
+def check_store_matches_slide(store: FeatureStore, slide: SlideLike) -> None:
     """Raise DataError unless ``store`` was made from ``slide`` (same content fingerprint).
 
     A store imported from a TRIDENT/CLAM file without a slide fingerprint is accepted when its
@@ -80,7 +83,9 @@ def check_store_matches_slide(store: FeatureStore, slide: Any) -> None:
     _check_patches_on_slide(store, slide, label, slide_name)
 
 
-def _check_patches_on_slide(store: FeatureStore, slide: Any, label: str, slide_name: str) -> None:
+def _check_patches_on_slide(
+    store: FeatureStore, slide: SlideLike, label: str, slide_name: str
+) -> None:
     """Refuse a store whose patches lie outside the slide (features of a larger slide)."""
     if store.n_patches == 0:
         return

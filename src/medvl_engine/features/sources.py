@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from medvl_engine._cache import cache_dir
 from medvl_engine._fingerprint import file_fingerprint, short_fingerprint
@@ -19,6 +19,9 @@ from medvl_engine.features.h5_import import read_clam_pt, read_h5_features
 from medvl_engine.features.identity import check_store_matches_slide, slide_identity
 from medvl_engine.features.store import FeatureStore, store_source_fingerprint, write_imported_store
 
+if TYPE_CHECKING:
+    from medvl_engine.tiling import SlideLike
+
 __all__ = ["clam_coords_path", "open_features_for_slide"]
 
 _H5_SUFFIXES = (".h5", ".hdf5")
@@ -26,7 +29,7 @@ _H5_SUFFIXES = (".h5", ".hdf5")
 
 def open_features_for_slide(
     path: str | Path,
-    slide: Any,
+    slide: SlideLike,
     *,
     coords_path: str | Path | None = None,
     patch_size_level0: int | None = None,
