@@ -23,11 +23,14 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import BertModel, CLIPTextModel
 
 from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.encoders.resolve import TOPKSIGLIP_MODEL_TYPE
@@ -125,6 +128,8 @@ class VisionOutput:
 class TopKSigLIP(nn.Module):
     """Vision tower (TopK-Patch or full image) + CLIP text tower + learnable logit scale."""
 
+    train_forwards: torch.Tensor  # buffer registered in __init__
+
     def __init__(self, config: TopKSigLIPConfig, tokenizer: Any) -> None:
         super().__init__()
         self.config = config
@@ -139,32 +144,34 @@ class TopKSigLIP(nn.Module):
         widths = config.vision_hidden_sizes
         self.scorer_head = nn.Conv2d(widths[-2], 1, kernel_size=1)
         nn.init.zeros_(self.scorer_head.weight)
-        nn.init.zeros_(self.scorer_head.bias)
+        if self.scorer_head.bias is not None:
+            nn.init.zeros_(self.scorer_head.bias)
         self.pool_norm: nn.Module | None = {
             "none": None,
             "batchnorm": nn.BatchNorm1d(widths[-1]),
             "layernorm": nn.LayerNorm(widths[-1]),
         }[config.vision_pool_norm]
         self.vision_projection = nn.Linear(widths[-1], config.embed_dim)
+        self.text_model: BertModel | CLIPTextModel
         if config.text_family == "bert":
             self.text_model = _bert_text.build_bert_model(
                 config.text_pretrained, config.text_config
             )
         else:
-            self.text_model = _clip_text.build_text_model(
+            clip_text = _clip_text.build_text_model(
                 config.text_pretrained, config.text_config, tokenizer
             )
-            _clip_text.extend_position_embeddings(self.text_model, config.context_length)
+            _clip_text.extend_position_embeddings(clip_text, config.context_length)
+            self.text_model = clip_text
         if config.freeze_text:
             self.text_model.requires_grad_(False)
         # Frozen towers are deterministic in eval mode, so pooled features are cached per report.
         self._frozen_text_cache: dict[bytes, torch.Tensor] = {}
         self.text_projection = nn.Linear(self.text_model.config.hidden_size, config.embed_dim)
         self.log_logit_scale = nn.Parameter(torch.tensor(math.log(config.logit_scale_init)))
+        self.logit_bias: nn.Parameter | None = None
         if config.logit_bias_init is not None:
             self.logit_bias = nn.Parameter(torch.tensor(float(config.logit_bias_init)))
-        else:
-            self.logit_bias = None
         # Training forwards seen so far; drives the tau schedule and is saved with the weights.
         self.register_buffer("train_forwards", torch.zeros((), dtype=torch.long))
 
@@ -288,7 +295,7 @@ class TopKSigLIP(nn.Module):
         keys = [ids[mask.bool()].cpu().numpy().tobytes() for ids, mask in pairs]
         missing = [i for i, key in enumerate(keys) if key not in self._frozen_text_cache]
         if missing:
-            self.text_model.eval()  # no dropout in a frozen tower
+            self.text_model.train(False)  # eval mode: no dropout in a frozen tower
             fresh = self._text_features(input_ids[missing], attention_mask[missing])
             for i, row in zip(missing, fresh, strict=True):
                 self._frozen_text_cache[keys[i]] = row.detach()

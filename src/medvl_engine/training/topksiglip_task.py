@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -179,7 +180,7 @@ def synthetic_records(
         else:
             case_dir.mkdir(parents=True, exist_ok=True)
             case = make_mammogram_case(
-                case_dir, seed=seed * 100_003 + i, laterality="LR"[i % 2], size=tuple(size)
+                case_dir, seed=seed * 100_003 + i, laterality="LR"[i % 2], size=(size[0], size[1])
             )
             values = {
                 "exam_id": str(case.exam_id),
@@ -282,7 +283,7 @@ class TopKSigLIPTask:
         if config.train_fraction < 1.0:
             train_records = stratified_subset(train_records, config.train_fraction, config.seed)
         augment = MammoAugmentConfig() if config.augment else None
-        loader = load_breast
+        loader: Callable[[MammoRecord, int], tuple[np.ndarray, np.ndarray]] = load_breast
         if not config.manifest:  # synthetic: keep decoded breasts beside the cohort
             loader = disk_cached_loader(self._synthetic_folder() / "breasts", load_breast)
         # A synthetic cohort is small enough to keep decoded in memory; a manifest may list
@@ -426,7 +427,7 @@ class TopKSigLIPTask:
         )
 
         config = self.config
-        patches = lesion_patches(self.train_set, self.geometry.patch_size, seed=config.seed)
+        patches = lesion_patches(self._training_set(), self.geometry.patch_size, seed=config.seed)
         if self.progress is not None:
             positives = int(patches.labels.sum())
             self.progress(
@@ -450,7 +451,7 @@ class TopKSigLIPTask:
 
     def optimizer_groups(self, model: nn.Module) -> list[dict[str, Any]]:
         """The backbone at ``vision_lr_scale`` times the run's lr, everything else at 1x."""
-        inner = unwrap_model(model)
+        inner = _topksiglip_of(model)
         backbone = {id(p) for p in inner.backbone.parameters()}
         rest = [p for p in inner.parameters() if id(p) not in backbone]
         return [
@@ -458,9 +459,17 @@ class TopKSigLIPTask:
             {"params": list(inner.backbone.parameters()), "lr_scale": self.config.vision_lr_scale},
         ]
 
+    def _training_set(self) -> MammoDataset:
+        if self.train_set is None:
+            raise ConfigError(
+                "this TopKSigLIP task was built without its training split; build it with "
+                "read_train_val=True to train."
+            )
+        return self.train_set
+
     def _order(self, epoch: int, rank: int, world_size: int) -> list[int]:
         generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
-        permutation = torch.randperm(len(self.train_set), generator=generator).tolist()
+        permutation = torch.randperm(len(self._training_set()), generator=generator).tolist()
         return [permutation[i] for i in shard_indices(len(permutation), rank, world_size)]
 
     def num_batches(self, epoch: int, rank: int, world_size: int) -> int:
@@ -488,7 +497,8 @@ class TopKSigLIPTask:
         order = memo[1]
         size = min(self.config.batch_size, len(order))
         chosen = order[index * size : (index + 1) * size]
-        batch = collate_breasts([self.train_set.sample(i, epoch) for i in chosen])
+        train_set = self._training_set()
+        batch = collate_breasts([train_set.sample(i, epoch) for i in chosen])
         reports = batch.pop("reports")
         if self.config.report_shuffle:
             rng = random.Random((self.config.seed * 1_000_003 + epoch) * 1_000_003 + index)
@@ -511,7 +521,7 @@ class TopKSigLIPTask:
         return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
     def compute_losses(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        inner: TopKSigLIP = unwrap_model(model)
+        inner = _topksiglip_of(model)
         config = self.config
         vision, text = model(batch["images"], batch["input_ids"], batch["attention_mask"])
         align = alignment_loss(
@@ -551,7 +561,11 @@ class TopKSigLIPTask:
 
         indices = range(rank, len(self.eval_set), world_size)
         table, _ = model_readouts(
-            model, self.eval_set, indices, k=self.config.eval_k, k_sweep=self._k_sweep()
+            _topksiglip_of(model),
+            self.eval_set,
+            indices,
+            k=self.config.eval_k,
+            k_sweep=self._k_sweep(),
         )
         return table
 
@@ -575,11 +589,11 @@ class TopKSigLIPTask:
 
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:
         """Save a model folder; the final model also goes to the cache folder of ``install_as``."""
-        save_topksiglip(unwrap_model(model), directory)
+        save_topksiglip(_topksiglip_of(model), directory)
         if self.config.install_as and Path(directory) == self.out_dir / "final":
             from medvl_engine.encoders.resolve import registered_model_dir
 
-            save_topksiglip(unwrap_model(model), registered_model_dir(self.config.install_as))
+            save_topksiglip(_topksiglip_of(model), registered_model_dir(self.config.install_as))
 
 
 def build_task(task_config: TopKSigLIPTaskConfig, run_config: RunConfig) -> TopKSigLIPTask:
@@ -596,7 +610,7 @@ def report(task: TopKSigLIPTask, summary: dict[str, Any]) -> None:
     """Store the skipped-row and training-row counts in ``summary``; print the last
     validation metrics (zero-shot, k sweep, localisation) as a table."""
     summary["skipped_birads_0_6"] = task.skipped_birads_0_6
-    summary["train_rows"] = len(task.train_set)
+    summary["train_rows"] = len(task._training_set())
     summary["train_rows_total"] = task.train_rows_total
     metrics = task.last_metrics
     if not metrics:
@@ -621,3 +635,13 @@ def evaluate_test_split(run_config: RunConfig, task_config: TopKSigLIPTaskConfig
 
 
 ACTIONS: dict[str, Callable[[RunConfig, TopKSigLIPTaskConfig], int]] = {"eval": evaluate_test_split}
+
+
+def _topksiglip_of(model: nn.Module) -> TopKSigLIP:
+    """The TopKSigLIP inside ``model`` (unwrapped from DistributedDataParallel)."""
+    inner = unwrap_model(model)
+    if not isinstance(inner, TopKSigLIP):
+        raise TypeError(
+            f"the TopKSigLIP task trains a TopKSigLIP model, got {type(inner).__name__}"
+        )
+    return inner
