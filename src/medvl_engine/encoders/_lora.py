@@ -8,10 +8,14 @@ Saved towers are merged back into plain weights, so loading needs no peft.
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING, cast
 
 from torch import nn
 
 from medvl_engine.errors import ConfigError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from medvl_engine.encoders._text_tower import TextTower
 
 __all__ = ["LORA_TARGETS", "add_lora", "merged_copy"]
 
@@ -24,7 +28,7 @@ LORA_TARGETS: dict[str, list[str]] = {
 }
 
 
-def add_lora(tower: nn.Module, rank: int = 8, alpha: float = 16.0, dropout: float = 0.0) -> None:
+def add_lora(tower: TextTower, rank: int = 8, alpha: float = 16.0, dropout: float = 0.0) -> None:
     """Wrap ``tower.text`` (a transformers backbone) with LoRA adapters, in place.
 
     Afterwards only the adapters (and anything outside ``tower.text``, such as the
@@ -43,7 +47,10 @@ def add_lora(tower: nn.Module, rank: int = 8, alpha: float = 16.0, dropout: floa
             f"{sorted(LORA_TARGETS)}. Use task.finetune=full."
         )
     config = LoraConfig(
-        r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=LORA_TARGETS[model_type]
+        r=rank,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates an int; it divides by r
+        lora_dropout=dropout,
+        target_modules=LORA_TARGETS[model_type],
     )
     tower.text = get_peft_model(tower.text, config)
 
@@ -55,7 +62,8 @@ def merged_copy(module: nn.Module) -> nn.Module:
     copy is returned unchanged.
     """
     clone = copy.deepcopy(module)
-    tower = getattr(clone, "text_tower", clone)
-    if hasattr(tower.text, "merge_and_unload"):
-        tower.text = tower.text.merge_and_unload()
+    tower = cast("TextTower", getattr(clone, "text_tower", clone))
+    merge = getattr(tower.text, "merge_and_unload", None)  # present once LoRA wraps the backbone
+    if merge is not None:
+        tower.text = merge()
     return clone

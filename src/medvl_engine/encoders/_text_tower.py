@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["TextTower", "text_tower_config", "load_text_tower"]
 
@@ -33,7 +34,7 @@ class TextTower(torch.nn.Module):
 
     def __init__(
         self,
-        backbone: torch.nn.Module,
+        backbone: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         *,
         pooling: str = "mean",
@@ -44,7 +45,7 @@ class TextTower(torch.nn.Module):
         super().__init__()
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be one of {_POOLINGS}, got {pooling!r}")
-        self.text = backbone
+        self.text: PreTrainedModel | PeftModel = backbone  # a PeftModel once LoRA wraps it
         self.tokenizer = tokenizer
         self.pooling = pooling
         self.normalize_pooled = normalize_pooled
