@@ -67,7 +67,7 @@ class ConchTextConfig(PreTrainedConfig):
         self.embed_dim = embed_dim
         self.model_pad_id = model_pad_id
         self.hidden_size = width  # TextTower.output_dim without a projection
-        super().__init__(pad_token_id=pad_token_id, **kwargs)
+        super().__init__(pad_token_id=pad_token_id, **kwargs)  # type: ignore[call-arg]  # a config kwarg transformers' annotation leaves out
 
 
 def _text_transformer_class() -> type[nn.Module]:
@@ -78,7 +78,8 @@ def _text_transformer_class() -> type[nn.Module]:
             "The CONCH text tower needs the optional CONCH package, which is not installed; "
             f"run `{CONCH_INSTALL}`."
         ) from error
-    return TextTransformer
+    transformer_class: type[nn.Module] = TextTransformer
+    return transformer_class
 
 
 class ConchTextModel(PreTrainedModel):
@@ -104,8 +105,9 @@ class ConchTextModel(PreTrainedModel):
             pad_id=config.model_pad_id,
             output_tokens=True,
         )
-        self.text.text_projection = None  # lives in TextTower.projection
-        self.post_init()
+        # the projection lives in TextTower.projection (same as assigning None to the parameter)
+        self.text.register_parameter("text_projection", None)
+        self.post_init()  # type: ignore[no-untyped-call]  # unannotated in transformers
         from medvl_engine.encoders._lora import LORA_TARGETS
 
         LORA_TARGETS[CONCH_TEXT_MODEL_TYPE] = conch_lora_targets(self.text)
@@ -140,16 +142,17 @@ def conch_lora_targets(text: nn.Module) -> list[str]:
     ``c_proj``), except those inside ``nn.MultiheadAttention``: its forward reads
     ``out_proj.weight`` directly, so an adapter there would never run.
     """
+    transformer = text.get_submodule("transformer")
     inside_attention = {
         id(module)
-        for attention in text.transformer.modules()
+        for attention in transformer.modules()
         if isinstance(attention, nn.MultiheadAttention)
         for module in attention.modules()
     }
     return sorted(
         {
             name.rsplit(".", 1)[-1]
-            for name, module in text.transformer.named_modules()
+            for name, module in transformer.named_modules()
             if isinstance(module, nn.Linear) and id(module) not in inside_attention
         }
     )
