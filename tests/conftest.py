@@ -1,4 +1,10 @@
-"""Shared fixtures. Tests never touch the network."""
+"""Fixtures shared by the engine and the plugin tests. Tests never touch the network.
+
+Helpers that make things are fixtures returning a function; what is slow to build and never
+changed by a test (a tiny TopKSigLIP folder) is a session-scoped fixture returning its path.
+Fixtures of one area live in that area's conftest.py (tests/engine, tests/engine/io,
+tests/engine/training, tests/plugin); code another process imports by name is in tests/support.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
+from medvl_engine.models.topksiglip import TopKSigLIP, TopKSigLIPConfig, build_topksiglip
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -146,3 +154,115 @@ def run_limited():
         return _limited_run(command, timeout_s, max_mb, address_space_mb)
 
     return run
+
+
+# ---- tiny TopKSigLIP models: a 256 px breast image, 8x8 grid, K = 3, ConvNeXt of width 8..64
+
+TINY_TOPK_TEXT = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "max_position_embeddings": 77,
+}
+
+
+def _tiny_topk_values(**overrides) -> dict:
+    """Settings of a 256 px breast image, 8x8 grid, K = 3, ConvNeXt of width 8..64, tiny CLIP."""
+    values = dict(
+        vision_pretrained=None,
+        vision_depths=[1, 1, 1, 1],
+        vision_hidden_sizes=[8, 16, 32, 64],
+        image_size=256,
+        grid=8,
+        low_res_factor=2,
+        k=3,
+        tau_anneal_steps=10,
+        text_pretrained=None,
+        text_config=dict(TINY_TOPK_TEXT),
+        context_length=96,
+        embed_dim=16,
+    )
+    values.update(overrides)
+    return values
+
+
+def _tiny_topk_config(**overrides) -> TopKSigLIPConfig:
+    """The tiny model configuration of :func:`_tiny_topk_values`."""
+    return TopKSigLIPConfig(**_tiny_topk_values(**overrides))
+
+
+def _tiny_topk_model(tmp_path: Path, **overrides) -> TopKSigLIP:
+    return build_topksiglip(_tiny_topk_config(**overrides), work_dir=tmp_path / "tokenizer")
+
+
+def _make_brightness_scorer(model: TopKSigLIP) -> TopKSigLIP:
+    """Hand-set the scorer f_g so that log w grows with the local mean brightness.
+
+    Stem: channel 0 = mean of the 4x4 normalised pixels, channel 1 = constant 1, others 0; the
+    stem LayerNorm then turns channel 0 into an increasing function of brightness. Every residual
+    block is switched off (layer scale 0) and each downsampling keeps channel 0 as the 2x2 mean
+    with channel 1 = 1 again; the 1x1 head reads channel 0.
+    """
+    import torch
+
+    backbone = model.backbone
+    with torch.no_grad():
+        stem = backbone.embeddings.patch_embeddings
+        stem.weight.zero_()
+        stem.bias.zero_()
+        stem.weight[0].fill_(1.0 / stem.weight[0].numel())
+        stem.bias[1] = 1.0
+        for stage in backbone.encoder.stages:
+            for layer in stage.layers:
+                layer.layer_scale_parameter.zero_()
+            down = getattr(stage, "downsampling_layer", None)
+            convs = [m for m in (down or []) if isinstance(m, torch.nn.Conv2d)]
+            for conv in convs:
+                conv.weight.zero_()
+                conv.bias.zero_()
+                conv.weight[0, 0].fill_(1.0 / conv.weight[0, 0].numel())
+                conv.bias[1] = 1.0
+        model.scorer_head.weight.zero_()
+        model.scorer_head.weight[0, 0] = 1.0
+        model.scorer_head.bias.zero_()
+    return model
+
+
+def _tiny_topk_folder(tmp_path: Path) -> Path:
+    """A randomly initialised TopKSigLIP (one text layer) saved as a model folder (the real
+    loading path)."""
+    from medvl_engine.models.topksiglip_folder import save_topksiglip
+
+    model = _tiny_topk_model(tmp_path, text_config={**TINY_TOPK_TEXT, "num_hidden_layers": 1})
+    return save_topksiglip(model, tmp_path / "tiny-topk")
+
+
+@pytest.fixture(scope="session")
+def tiny_topk_values():
+    """``tiny_topk_values(**overrides)`` -> TopKSigLIPConfig settings of the tiny model."""
+    return _tiny_topk_values
+
+
+@pytest.fixture(scope="session")
+def tiny_topk_model():
+    """``tiny_topk_model(tmp_path, **overrides)`` -> a randomly initialised tiny TopKSigLIP."""
+    return _tiny_topk_model
+
+
+@pytest.fixture(scope="session")
+def make_brightness_scorer():
+    """``make_brightness_scorer(model)`` hand-sets the scorer to follow local brightness."""
+    return _make_brightness_scorer
+
+
+@pytest.fixture(scope="session")
+def tiny_topk_folder():
+    """``tiny_topk_folder(tmp_path)`` saves a tiny TopKSigLIP folder there and returns it."""
+    return _tiny_topk_folder
+
+
+@pytest.fixture(scope="session")
+def tiny_topk(tmp_path_factory) -> Path:
+    """Folder of a tiny randomly initialised TopKSigLIP, shared by the session (read only)."""
+    return _tiny_topk_folder(tmp_path_factory.mktemp("topk"))

@@ -1,0 +1,59 @@
+"""Fixtures of the training tests: free TCP ports and rank spawning for 2-rank gloo runs, and a
+check that a worker process has exited."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+import torch.multiprocessing as mp
+
+from tests.support.gloo import WORLD
+
+SPAWN_TIMEOUT_S = 240.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _spawn_ranks(worker, args: tuple) -> None:
+    """Run ``worker(rank, *args)`` on WORLD processes; fail (not hang) past SPAWN_TIMEOUT_S."""
+    context = mp.start_processes(worker, args=args, nprocs=WORLD, join=False)
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not context.join(timeout=1.0):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the {WORLD} ranks did not finish within {SPAWN_TIMEOUT_S} s")
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie not yet reaped counts as still there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """``free_port()`` -> a TCP port on 127.0.0.1 that nothing listens on now."""
+    return _free_port
+
+
+@pytest.fixture(scope="session")
+def spawn_ranks():
+    """``spawn_ranks(worker, args)`` runs ``worker(rank, *args)`` on 2 ranks, failing past 240 s."""
+    return _spawn_ranks
+
+
+@pytest.fixture(scope="session")
+def process_gone():
+    """``process_gone(pid)`` -> whether that process has exited."""
+    return _process_gone

@@ -1,0 +1,65 @@
+"""Fixtures of the plugin tests: a synthetic slide and mammogram pair, the model cache, and a
+wait for a dock's background job."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def medvl_cache(request):
+    """MEDVL_CACHE in pytest's own cache folder, so the demo model is fitted once, not per run.
+
+    Only deterministic, versioned artefacts land there (the fitted demo model); feature
+    stores of the tests go to their tmp_path. Set for the using module only.
+    """
+    folder = request.config.cache.mkdir("medvl-cache")
+    previous = os.environ.get("MEDVL_CACHE")
+    os.environ["MEDVL_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("MEDVL_CACHE", None)
+    else:
+        os.environ["MEDVL_CACHE"] = previous
+
+
+SLIDE_CLASSES = ("tumor", "stroma", "adipose")
+
+
+@pytest.fixture(scope="session")
+def small_slide(tmp_path_factory):
+    """A 1344 x 896 px synthetic H&E slide at 0.5 um/px with tumor, stroma and adipose."""
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    folder = tmp_path_factory.mktemp("slide")
+    return make_synthetic_slide(
+        folder / "small.tiff", seed=5, size=(1344, 896), mpp=0.5, classes=SLIDE_CLASSES
+    )
+
+
+@pytest.fixture(scope="session")
+def mammo_case(tmp_path_factory):
+    """A synthetic left-breast CC + MLO pair (DICOM, 512 x 320 px) with one mass."""
+    from medvl_engine.synthetic import make_mammogram_case
+
+    folder = tmp_path_factory.mktemp("mammo")
+    return make_mammogram_case(
+        folder, seed=3, laterality="L", size=(512, 320), findings=["mass"], cancer=True
+    )
+
+
+def _wait_for_runner(qtbot, runner, timeout_ms: int = 120_000) -> None:
+    """Wait until a widget's JobRunner has no job left running.
+
+    The runner's own finished handler is connected before the worker starts, so unlike
+    waiting on ``worker.finished`` after ``run()`` this cannot miss a job that ends at once.
+    """
+    qtbot.waitUntil(lambda: not runner.running, timeout=timeout_ms)
+
+
+@pytest.fixture(scope="session")
+def wait_for_runner():
+    """``wait_for_runner(qtbot, runner, timeout_ms=120_000)`` waits until no job is running."""
+    return _wait_for_runner

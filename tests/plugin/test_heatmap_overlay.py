@@ -1,0 +1,261 @@
+"""Heatmap overlays that cannot mislead, filled in progressively (Xvfb, real viewer and model)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+from napari.utils.key_bindings import coerce_keybinding
+from napari.utils.notifications import notification_manager
+
+from medvl_engine._colormap import DIVERGING_MAP, SEQUENTIAL_MAP, colormap_lut
+from medvl_engine.demo_models import DEMO_NOTICE
+from napari_medvl._heatmap_job import FeatureCache, HeatmapUpdate
+from napari_medvl._heatmap_widget import TOGGLE_KEY, HeatmapWidget
+
+pytestmark = pytest.mark.gui
+WORKER_TIMEOUT_MS = 120_000
+# Targets: first overlay 2 s after Run, a new prompt 300 ms end to end. On a CI machine whose 2
+# cores are shared the first overlay may take 2 s plus twice the engine work it needs (patch
+# grid, prompt and first patches, timed in the same test); a new prompt gets 2x.
+# bench/bench_plugin_stalls.py prints the times measured on a quiet machine.
+FIRST_OVERLAY_BOUND_S = 2.0
+REPROMPT_BOUND_S = 0.6
+
+
+@pytest.fixture(scope="module")
+def large_slide(tmp_path_factory):
+    """A 4480 x 3136 px synthetic slide: a few hundred tissue patches, several seconds of
+    feature extraction on a CPU."""
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    folder = tmp_path_factory.mktemp("large")
+    return make_synthetic_slide(folder / "large.tiff", seed=2, size=(4480, 3136), mpp=0.5)
+
+
+@pytest.fixture(scope="module")
+def demo_encoder(medvl_cache):
+    from medvl_engine.encoders import load_encoder
+
+    return load_encoder("medvl-demo")
+
+
+def _open_slide(viewer, path):
+    import npe2
+
+    npe2.PluginManager.instance().discover()
+    return viewer.open(str(path), plugin="napari-medvl")[0]
+
+
+def _widget(viewer, tmp_path, encoder):
+    cache = FeatureCache(root=tmp_path / "features")
+    cache.encoders["medvl-demo"] = encoder  # loaded once per module: Run starts at the slide
+    return HeatmapWidget(viewer, cache=cache)
+
+
+def _first_overlay_engine_work(slide, encoder) -> float:
+    """Seconds the engine needs for a first overlay: patch grid, prompt, four patches."""
+    from medvl_engine.features import read_patches
+    from medvl_engine.tiling import patch_grid
+
+    started = time.perf_counter()
+    grid = patch_grid(slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp)
+    encoder.encode_text(["tumor"])
+    encoder.encode_patches(read_patches(slide, grid.coords[:4], grid.level, grid.patch_size))
+    return time.perf_counter() - started
+
+
+def _heatmaps(viewer):
+    return [layer for layer in viewer.layers if layer.metadata.get("medvl_kind") == "heatmap"]
+
+
+def test_contrast_uses_the_diverging_map_centred_on_zero_with_a_colour_bar(
+    make_napari_viewer, qtbot, tmp_path, small_slide, demo_encoder, wait_for_runner
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    widget = _widget(viewer, tmp_path, demo_encoder)
+    widget.mode.value = "contrast"
+    widget.prompts.value = "tumor; stroma"
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    (heat,) = _heatmaps(viewer)
+    assert heat.name == "heatmap: tumor - stroma"
+    low, high = heat.contrast_limits
+    assert low == pytest.approx(-high) and high > 0
+    finite = heat.data[np.isfinite(heat.data)]
+    assert high == pytest.approx(np.abs(finite).max(), rel=1e-5)
+    # the layer's colours are the exports' look-up table: white at 0, blue below, red above
+    lut = colormap_lut(DIVERGING_MAP, 256)
+    np.testing.assert_allclose(
+        heat.colormap.map(np.array([0.0, 0.5, 1.0])), lut[[0, 128, 255]], atol=0.02
+    )
+    assert heat.colormap.map(np.array([0.5]))[0, :3] == pytest.approx([1, 1, 1], abs=0.02)
+    # the colour bar says what is shown, with the same map and limits
+    bar = widget.colorbar
+    assert bar.showing and bar.limits == pytest.approx((low, high))
+    assert bar.zero_label.text() == "0"
+    assert "tumor - stroma" in bar.title.text() and "contrast" in bar.title.text()
+    assert "medvl-demo" in bar.details.text() and DEMO_NOTICE in bar.details.text()
+    drawn = bar.pixel_colors()
+    np.testing.assert_allclose(drawn, np.round(lut[:, :3] * 255), atol=2)
+
+    # a cosine map on the same slide is its own layer; a new contrast prompt updates the first
+    widget.mode.value = "cosine"
+    widget.prompts.value = "tumor"
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    assert len(_heatmaps(viewer)) == 2
+    widget.mode.value = "contrast"
+    widget.prompts.value = "adipose tissue; stroma"
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    assert len(_heatmaps(viewer)) == 2
+    assert heat.name == "heatmap: adipose tissue - stroma"
+    # a map of positive scores only (softmax probabilities) is sequential over its range
+    widget.mode.value = "softmax"
+    widget.prompts.value = "tumor; stroma"
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    softmax = viewer.layers["heatmap: tumor vs stroma"]
+    assert softmax.metadata["colormap"] == SEQUENTIAL_MAP
+    assert softmax.contrast_limits == pytest.approx((0.0, 1.0))
+    # the overlay toggle key hides and shows the heatmap shown last
+    toggle = viewer.keymap[coerce_keybinding(TOGGLE_KEY)]
+    toggle(viewer)
+    assert not softmax.visible
+    toggle(viewer)
+    assert softmax.visible
+
+
+def test_fixed_range_is_used_and_checked(
+    make_napari_viewer, qtbot, tmp_path, small_slide, demo_encoder, wait_for_runner
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    widget = _widget(viewer, tmp_path, demo_encoder)
+    widget.normalization.value = "fixed"
+    assert widget.range_low.enabled and widget.range_high.enabled
+    widget.range_low.value, widget.range_high.value = 0.5, 0.2
+    before = len(notification_manager.records)
+    assert widget.run() is None
+    message = notification_manager.records[before].message
+    assert "max above its min" in message
+    assert widget.controls.status.value == message
+    assert widget.controls.notice.value == DEMO_NOTICE
+    widget.range_low.value, widget.range_high.value = -0.05, 0.05
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    heat = viewer.layers["heatmap: tumor"]
+    raw = heat.metadata["heatmap"]
+    assert raw.normalize == "fixed"
+    finite = heat.data[np.isfinite(heat.data)]
+    assert finite.min() >= 0.0 and finite.max() <= 1.0
+    assert heat.contrast_limits == pytest.approx((0.0, 1.0))
+
+
+def test_status_after_an_error_is_the_error_sentence(
+    make_napari_viewer, qtbot, tmp_path, small_slide, wait_for_runner
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+    widget.model.value = str(tmp_path / "no-such-model")
+    before = len(notification_manager.records)
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    qtbot.wait(50)
+    message = notification_manager.records[before].message
+    assert "no-such-model" in message
+    assert widget.controls.status.value == f"Failed: {message}"
+
+
+def test_first_overlay_comes_early_and_cancel_keeps_what_is_done(
+    make_napari_viewer, qtbot, tmp_path, large_slide, demo_encoder, wait_for_runner
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, large_slide.path)
+    widget = _widget(viewer, tmp_path, demo_encoder)
+    widget.top_n.value = 0
+    partials: list[tuple[float, int, int]] = []
+    show_partial = widget.runner.on_partial
+
+    def record(update):
+        show_partial(update)
+        assert isinstance(update, HeatmapUpdate)
+        partials.append((time.perf_counter(), update.done, update.total))
+
+    widget.runner.on_partial = record
+    engine_s = _first_overlay_engine_work(viewer.layers[0].metadata["slide"], demo_encoder)
+    started = time.perf_counter()
+    worker = widget.run()
+    qtbot.waitUntil(lambda: len(partials) >= 2, timeout=WORKER_TIMEOUT_MS)
+    first_at, first_done, total = partials[0]
+    assert first_at - started < FIRST_OVERLAY_BOUND_S + 2 * engine_s, (first_at - started, engine_s)
+    assert 0 < first_done < total
+    (heat,) = _heatmaps(viewer)
+    shown = int(np.isfinite(heat.data).sum())
+    assert 0 < shown < total
+    # the first overlay's patches are the ones nearest the centre of the view
+    assert np.isfinite(heat.data[heat.data.shape[0] // 2, heat.data.shape[1] // 2])
+
+    widget.controls.cancel_button.changed.emit(True)
+    qtbot.waitUntil(lambda: not worker.is_running, timeout=WORKER_TIMEOUT_MS)
+    qtbot.wait(100)
+    assert _heatmaps(viewer) == [heat]  # what was drawn stays
+    assert np.isfinite(heat.data).sum() >= shown
+    (partial,) = widget.cache.partials.values()
+    kept = partial.done
+    assert 0 < kept < total
+    # the count said at Cancel; a batch already being encoded then still lands in the kept set
+    said = re.fullmatch(
+        r"Cancelled; the features of (\d+) patches are kept and Run continues from them\.",
+        widget.controls.status.value,
+    )
+    assert said is not None and 0 < int(said.group(1)) <= kept
+
+    # the next Run starts from the kept features and finishes the map
+    reports = []
+    widget.runner.after_progress = reports.append
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    counted = [r.done for r in reports if r.stage == "features" and r.total == total]
+    assert counted and min(counted) >= kept
+    assert _heatmaps(viewer) == [heat]
+    assert not widget.cache.partials
+    store = widget.last_outcome.store
+    assert store.n_patches == total
+    np.testing.assert_allclose(
+        np.linalg.norm(store.features, axis=1), 1.0, atol=1e-4
+    )  # every row computed
+
+    # a new prompt on the cached features updates the layer within the bound, end to end
+    updated = []
+    heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
+    widget.prompts.value = "adipose tissue"
+    started = time.perf_counter()
+    widget.run()
+    qtbot.waitUntil(lambda: bool(updated), timeout=WORKER_TIMEOUT_MS)
+    assert updated[0] - started < REPROMPT_BOUND_S
+    assert heat.name == "heatmap: adipose tissue"
+
+
+def test_the_dock_loads_its_model_in_the_background(
+    make_napari_viewer, qtbot, tmp_path, medvl_cache
+):
+    viewer = make_napari_viewer()
+    cache = FeatureCache(root=tmp_path / "features")
+    started = time.perf_counter()
+    widget = HeatmapWidget(viewer, cache=cache)
+    assert time.perf_counter() - started < 1.0  # the GUI thread does not wait for it
+    qtbot.waitUntil(lambda: "medvl-demo" in cache.encoders, timeout=WORKER_TIMEOUT_MS)
+    assert not cache.loading
+    assert widget.runner.worker is None  # no job ran: Run will start at the slide
+    no_preload = FeatureCache(root=tmp_path / "other")
+    HeatmapWidget(viewer, cache=no_preload, preload=False)
+    qtbot.wait(200)
+    assert not no_preload.encoders and not no_preload.loading

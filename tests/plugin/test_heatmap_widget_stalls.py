@@ -1,0 +1,130 @@
+"""GUI-thread stalls while panning a JPEG 2000 slide at level 0 and when a result appears.
+
+The probe is a 10 ms QTimer recording the longest gap of the Qt event loop. Targets (issue
+10): <= 100 ms worst, <= 50 ms p99, which bench/bench_plugin_stalls.py prints. Under Xvfb the
+canvas is drawn by software OpenGL, and the CI machine's two cores are shared with other
+jobs: one frame of a pan then takes up to ~150 ms on its own, and when the machine is loaded
+the scheduler alone leaves the idle event loop without CPU for longer. So each phase's bound
+is 500 ms worst / 300 ms p99 plus twice what the idle loop shows, measured just before it
+(a quiet machine: ~15 ms); GUI-thread tile decoding or layer rebuilding (0.4 - 3 s stalls on
+top of the idle gaps) still fails it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from napari_medvl._heatmap_job import FeatureCache
+from napari_medvl._heatmap_widget import HeatmapWidget
+from napari_medvl._stall_probe import StallProbe
+
+pytestmark = pytest.mark.gui
+WORST_BOUND_MS = 500.0
+P99_BOUND_MS = 300.0
+
+
+def _j2k_pyramid(path: Path, size: int = 2048, tile: int = 240) -> Path:
+    """Aperio-style SVS with JPEG 2000 tiles, levels 1, 1/4, 1/16, 0.5 um/px."""
+    import tifffile
+
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:size, 0:size]
+    base = np.stack(
+        [
+            200 - 60 * (np.sin(xx / 37.0) * np.cos(yy / 53.0) > 0.2),
+            150 - 70 * (np.sin(xx / 23.0 + yy / 41.0) > 0.5),
+            210 - 40 * (np.cos(yy / 29.0) > 0.6),
+        ],
+        axis=-1,
+    ).astype(np.int16)
+    base = np.clip(base + rng.integers(-12, 12, base.shape), 0, 255).astype(np.uint8)
+    description = (
+        f"Aperio Image Library v12.0.0 \r\n{size}x{size} [0,0 {size}x{size}] ({tile}x{tile}) "
+        "JPEG2000/RGB Q=80|AppMag = 20|MPP = 0.5000"
+    )
+    with tifffile.TiffWriter(path) as writer:
+        for index, down in enumerate((1, 4, 16)):
+            side = size // down
+            level = base.reshape(side, down, side, down, 3).mean(axis=(1, 3)).astype(np.uint8)
+            writer.write(
+                level,
+                tile=(tile, tile),
+                compression="jpeg2000",
+                photometric="rgb",
+                description=description if index == 0 else None,
+                subfiletype=0 if index == 0 else 1,
+            )
+    return path
+
+
+def _idle(qtbot) -> StallProbe:
+    """The event loop's gaps with nothing to do for one second (the machine's own noise)."""
+    with StallProbe() as idle:
+        qtbot.wait(1000)
+    return idle
+
+
+def _assert_within(probe: StallProbe, idle: StallProbe) -> None:
+    worst_bound = WORST_BOUND_MS + 2 * idle.worst_ms
+    p99_bound = P99_BOUND_MS + 2 * idle.percentile_ms(99)
+    message = f"{probe.summary()}; idle: {idle.summary()}"
+    assert probe.worst_ms < worst_bound, message
+    assert probe.percentile_ms(99) < p99_bound, message
+
+
+@pytest.fixture
+def async_slicing():
+    from napari.settings import get_settings
+
+    settings = get_settings()
+    before = settings.experimental.async_
+    settings.experimental.async_ = True
+    yield
+    settings.experimental.async_ = before
+
+
+def test_panning_a_jpeg2000_slide_and_showing_results_do_not_stall(
+    make_napari_viewer, qtbot, tmp_path, medvl_cache, async_slicing, wait_for_runner
+):
+    import npe2
+
+    path = _j2k_pyramid(tmp_path / "j2k.svs")
+    viewer = make_napari_viewer(show=True)
+    npe2.PluginManager.instance().discover()
+    layer = viewer.open(str(path), plugin="napari-medvl")[0]
+    assert len(layer.data) == 3
+    camera = viewer.scene.camera
+    camera.zoom = 2.0  # one screen px per level-0 px (0.5 um/px)
+    camera.center = (200.0, 100.0)
+    qtbot.wait(1000)
+
+    idle = _idle(qtbot)
+    with StallProbe() as pan:
+        for step in range(1, 15):  # 120 screen px a step: new tiles on every step
+            camera.center = (200.0 + 40.0 * step, 100.0 + 60.0 * step)
+            qtbot.wait(40)
+        qtbot.wait(300)
+    assert layer.data_level == 0
+    _assert_within(pan, idle)
+
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+    widget.slide_choice.value = layer
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, 180_000)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    heat = viewer.layers["heatmap: tumor"]
+
+    widget.prompts.value = "stroma"
+    updated = []
+    heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
+    idle = _idle(qtbot)
+    with StallProbe() as result:
+        widget.run()
+        qtbot.waitUntil(lambda: bool(updated) and not widget.runner.running, timeout=60_000)
+        qtbot.wait(200)
+    assert viewer.layers["heatmap: stroma"] is heat
+    _assert_within(result, idle)

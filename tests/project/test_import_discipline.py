@@ -1,0 +1,154 @@
+"""Import discipline: fast command-line help, one dependency direction, complete public names."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENGINE = Path(__file__).resolve().parents[2] / "src" / "medvl_engine"
+HEAVY = ("numpy", "torch", "transformers", "dask", "zarr", "napari", "qtpy")
+
+
+def _modules_loaded_by(code: str) -> set[str]:
+    """Top-level package names in sys.modules after running ``code`` in a fresh interpreter."""
+    report = "import json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    probe = f"{code}\n{report}"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import medvl_engine",
+        "from medvl_engine.cli.main import build_parser; build_parser()",
+        "from medvl_engine.cli.train import build_parser; build_parser()",
+        "import medvl_engine.models, medvl_engine.training",
+    ],
+)
+def test_help_and_package_faces_load_no_heavy_library(code):
+    loaded = _modules_loaded_by(code)
+    assert not loaded & set(HEAVY), f"{code!r} imports {sorted(loaded & set(HEAVY))}"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_engine_never_imports_the_viewer_side():
+    offenders = {
+        str(path.relative_to(ENGINE)): sorted(
+            name
+            for name in _imported_modules(path)
+            if name.split(".")[0]
+            in ("napari", "qtpy", "magicgui", "PyQt5", "PyQt6", "napari_medvl")
+        )
+        for path in ENGINE.rglob("*.py")
+    }
+    assert {file: names for file, names in offenders.items() if names} == {}
+
+
+def test_every_engine_package_names_its_public_api_and_each_name_resolves():
+    packages = sorted(
+        ".".join(("medvl_engine", *init.parent.relative_to(ENGINE).parts))
+        for init in ENGINE.rglob("__init__.py")
+    )
+    assert "medvl_engine.models" in packages and "medvl_engine.training" in packages
+    probe = (
+        "import importlib, json\n"
+        f"missing = {{}}\nfor name in {packages!r}:\n"
+        "    module = importlib.import_module(name)\n"
+        "    exported = getattr(module, '__all__', None)\n"
+        "    if exported is None:\n"
+        "        missing[name] = 'no __all__'\n"
+        "        continue\n"
+        "    bad = [n for n in exported if not hasattr(module, n)]\n"
+        "    if bad:\n"
+        "        missing[name] = bad\n"
+        "print(json.dumps(missing))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == {}
+
+
+VIEWER_PACKAGES = (
+    "napari",
+    "qtpy",
+    "PyQt5",
+    "PyQt6",
+    "PySide2",
+    "PySide6",
+    "magicgui",
+    "superqt",
+    "vispy",
+)
+
+_BLOCK_VIEWER = f"""
+import importlib.abc, sys
+
+class _NoViewer(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {VIEWER_PACKAGES!r}:
+            raise ImportError(f"{{name}} is not installed (blocked)")
+        return None
+
+sys.meta_path.insert(0, _NoViewer())
+"""
+
+
+def test_engine_imports_and_runs_without_any_viewer_package(tmp_path):
+    probe = _BLOCK_VIEWER + (
+        "import importlib, pkgutil, sys\n"
+        "import medvl_engine\n"
+        "for info in pkgutil.walk_packages(medvl_engine.__path__, 'medvl_engine.'):\n"
+        "    if not info.name.endswith('__main__'):\n"
+        "        importlib.import_module(info.name)\n"
+        "from medvl_engine.synthetic import make_mammogram_case, make_synthetic_slide\n"
+        f"slide = make_synthetic_slide({str(tmp_path / 'slide.tiff')!r}, seed=0, size=(512, 512))\n"
+        f"case = make_mammogram_case({str(tmp_path)!r}, seed=0, size=(256, 160))\n"
+        "from medvl_engine.cli.main import main\n"
+        "status = main(['info', '--json', str(slide.path), str(case.cc_path)])\n"
+        "blocked = sorted(n for n in sys.modules if n.split('.')[0] in "
+        f"{VIEWER_PACKAGES!r})\n"
+        "print('loaded viewer modules:', blocked)\n"
+        "sys.exit(status)\n"
+    )
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "MEDVL_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environment,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    described = json.loads(done.stdout[: done.stdout.rindex("loaded viewer modules:")])
+    assert [entry["kind"] for entry in described] == ["slide", "mammogram"]
+    assert "loaded viewer modules: []" in done.stdout
+
+
+def test_the_plugin_reaches_the_engine_through_its_api_not_the_command_line():
+    plugin = ENGINE.parent / "napari_medvl"
+    offenders = {
+        str(path.relative_to(plugin)): sorted(
+            name for name in _imported_modules(path) if name.startswith("medvl_engine.cli")
+        )
+        for path in plugin.rglob("*.py")
+    }
+    assert {file: names for file, names in offenders.items() if names} == {}

@@ -1,0 +1,77 @@
+"""Loading a model prints no third-party noise: no transformers load report, no "Loading weights"
+bars, on `medvl-train` (which loads the pretrained MiniLM text tower) and in a command session
+where transformers was imported before it began; `--verbose` lets them through."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = Path(sys.executable).with_name("medvl-train")
+NOISE = ("LOAD REPORT", "Loading weights", "UNEXPECTED", "[transformers]", "Warning")
+
+
+def _train(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    if not TRAIN.exists():
+        pytest.skip(f"the medvl-train command is not installed beside {sys.executable}")
+    tiny = [  # the demo recipe with its MiniLM text tower, cut to 4 images per split, no step
+        "task.synthetic_train=4",
+        "task.synthetic_eval=4",
+        "task.synthetic_test=4",
+        "task.synthetic_size=[192,128]",
+        "task.lesion_pretrain_steps=0",
+        "task.batch_size=2",
+        "task.image_size=128",
+        "task.grid=4",
+        "run.epochs=0",
+        f"run.out_dir={tmp_path / 'run'}",
+        f"task.synthetic_dir={tmp_path / 'synthetic'}",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MEDVL_CACHE": str(tmp_path / "cache")}
+    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        env.pop(name, None)
+    config = ROOT / "train" / "topksiglip_demo.yaml"
+    argv = [TRAIN, *flags, "topksiglip", "--config", str(config), *tiny]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_medvl_train_loads_the_text_tower_without_library_noise(tmp_path):
+    completed = _train(tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    for word in NOISE:
+        assert word not in completed.stderr, completed.stderr
+    # what remains on stderr is medvl's own progress bar
+    lines = [line for line in completed.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert all(line.startswith("train topksiglip:") for line in lines), lines
+
+
+def test_verbose_lets_the_load_report_through(tmp_path):
+    completed = _train(tmp_path, "--verbose")
+    assert completed.returncode == 0, completed.stderr
+    assert "LOAD REPORT" in completed.stderr
+
+
+def test_session_quiet_when_transformers_was_imported_before_it():
+    code = (
+        "import transformers\n"
+        "from medvl_engine._console import command_session\n"
+        "from medvl_engine.models._bert_text import build_bert_model\n"
+        "with command_session():\n"
+        "    build_bert_model('all-MiniLM-L6-v2', {})\n"
+        "build_bert_model('all-MiniLM-L6-v2', {})  # outside the session: noise comes back\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        env.pop(name, None)
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr
+    # exactly one report and one bar: those of the load outside the session
+    assert completed.stderr.count("LOAD REPORT") == 1
+    assert completed.stderr.count("Loading weights: 100%") == 1

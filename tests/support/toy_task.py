@@ -1,0 +1,96 @@
+"""A small regression task that exercises the shared training loop without any model zoo.
+
+A module, not a fixture: ``ddp_worker`` runs in ranks started by torch.multiprocessing, which
+import it (and the task) by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from medvl_engine.training.distributed import shard_indices
+
+
+@dataclasses.dataclass
+class ToyConfig:
+    samples: int = 12
+    dim: int = 4
+    nan_batches: tuple[int, ...] = ()  # global batch indices whose inputs are NaN
+    seed: int = 0
+    dropout: float = 0.3
+
+
+class ToyModel(nn.Module):
+    def __init__(self, dim: int, dropout: float = 0.3) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim, 8), nn.Dropout(dropout), nn.ReLU(), nn.Linear(8, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+
+class ToyTask:
+    name = "toy"
+
+    def __init__(self, config: ToyConfig) -> None:
+        self.config = config
+        generator = torch.Generator().manual_seed(config.seed)
+        self.inputs = torch.randn(config.samples, 3, config.dim, generator=generator)
+        self.targets = self.inputs.sum(dim=-1) * 0.5
+
+    def build_model(self) -> nn.Module:
+        return ToyModel(self.config.dim, self.config.dropout)
+
+    def _order(self, epoch: int, rank: int, world_size: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)
+        permutation = torch.randperm(self.config.samples, generator=generator).tolist()
+        return [permutation[i] for i in shard_indices(len(permutation), rank, world_size)]
+
+    def num_batches(self, epoch: int, rank: int, world_size: int) -> int:
+        return len(self._order(epoch, rank, world_size))
+
+    def train_batches(
+        self, epoch: int, rank: int, world_size: int, start: int = 0
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        for index in self._order(epoch, rank, world_size)[start:]:
+            x = self.inputs[index].clone()
+            if index in self.config.nan_batches:
+                x.fill_(float("nan"))
+            yield {"x": x, "y": self.targets[index]}
+
+    def compute_losses(self, model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        prediction = model(batch["x"])
+        mse = ((prediction - batch["y"]) ** 2).mean()
+        return {"loss": mse, "abs_error": (prediction - batch["y"]).abs().mean()}
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        prediction = model(self.inputs.reshape(-1, self.config.dim))
+        mse = ((prediction - self.targets.reshape(-1)) ** 2).mean()
+        return {"val_mse": float(mse), "neg_mse": -float(mse)}
+
+
+def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, result_dir: str) -> None:
+    """One rank of a gloo DDP run of the toy task; writes its summary and weights to result_dir."""
+    import json
+    import os
+
+    from medvl_engine.training import RunConfig, train
+
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
+    torch.set_num_threads(1)
+    config = RunConfig(lr=1e-2, epochs=2, out_dir=out_dir, progress=False, seed=3, device="cpu")
+    summary = train(ToyTask(ToyConfig(dropout=0.0)), config)
+    with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as stream:
+        json.dump({"losses": summary["losses"], "steps": summary["steps"]}, stream)
