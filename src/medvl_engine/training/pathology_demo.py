@@ -328,7 +328,8 @@ ridge projection fitted in closed form to the patch embeddings of the tissue the
 - Source commit: {commit}
 - Seed: {config["vision"]["seed"]} (patches, orthonormal matrix and synthetic report captions)
 - Generator settings: {generator}
-- The fit is bitwise identical with 1 and 2 torch threads (`tests/test_demo_model_shipped.py`).
+- The fit is bitwise identical with 1 and 2 torch threads
+  (`tests/engine/training/test_pathology_demo.py`).
 
 ## Test-split metrics
 Patch-level zero-shot (prediction = argmax of cos(patch, prompt)) on {metrics["patches"]}
