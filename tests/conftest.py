@@ -15,10 +15,12 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from medvl_engine.models.topksiglip import TopKSigLIP, TopKSigLIPConfig, build_topksiglip
+if TYPE_CHECKING:
+    from medvl_engine.models.topksiglip import TopKSigLIP
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -187,13 +189,13 @@ def _tiny_topk_values(**overrides) -> dict:
     return values
 
 
-def _tiny_topk_config(**overrides) -> TopKSigLIPConfig:
-    """The tiny model configuration of :func:`_tiny_topk_values`."""
-    return TopKSigLIPConfig(**_tiny_topk_values(**overrides))
-
-
 def _tiny_topk_model(tmp_path: Path, **overrides) -> TopKSigLIP:
-    return build_topksiglip(_tiny_topk_config(**overrides), work_dir=tmp_path / "tokenizer")
+    """A randomly initialised TopKSigLIP of :func:`_tiny_topk_values` (tokenizer in tmp_path)."""
+    # imported here: transformers must not load before the offline settings above are made
+    from medvl_engine.models.topksiglip import TopKSigLIPConfig, build_topksiglip
+
+    config = TopKSigLIPConfig(**_tiny_topk_values(**overrides))
+    return build_topksiglip(config, work_dir=tmp_path / "tokenizer")
 
 
 def _make_brightness_scorer(model: TopKSigLIP) -> TopKSigLIP:
