@@ -20,7 +20,7 @@ from medvl_engine.encoders._preprocess import ImagePreprocess
 from medvl_engine.encoders._text_tower import TextTower
 
 if TYPE_CHECKING:
-    from transformers import CLIPModel, PreTrainedTokenizerBase
+    from transformers import CLIPModel, CLIPTextConfig, PreTrainedTokenizerBase
 
 __all__ = ["ClipEncoder", "load_clip_folder"]
 
@@ -39,14 +39,14 @@ class ClipEncoder(PatchTextEncoder):
         device: str | torch.device = "cpu",
     ) -> None:
         self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
+        self.model = model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' wrapped .to() is annotated as unbound
         self.tokenizer = tokenizer
         self.preprocess = preprocess
         self.name = name
-        self.embed_dim = int(model.config.projection_dim)
+        self.embed_dim = _projection_dim(model)
         self.patch_size = int(preprocess.crop_size[0])
         self.target_mpp = float(target_mpp)
-        self.max_text_length = int(model.config.text_config.max_position_embeddings)
+        self.max_text_length = int(_text_config(model).max_position_embeddings)
         self.text_tower = _clip_text_tower(self.model, tokenizer, self.max_text_length)
 
     def _embed_patches(self, patches: torch.Tensor) -> torch.Tensor:
@@ -69,17 +69,47 @@ def _clip_text_tower(
     """
     from transformers import CLIPTextModel
 
-    config = model.config.text_config
+    config = _text_config(model)
     if isinstance(model.text_model, CLIPTextModel):  # transformers >= 5
         backbone = model.text_model
     else:  # older releases hold the bare transformer; wrap it without copying weights
         backbone = CLIPTextModel(config)
         backbone.text_model = model.text_model
-    projection = torch.nn.Linear(config.hidden_size, model.config.projection_dim, bias=False)
+    projection = torch.nn.Linear(config.hidden_size, _projection_dim(model), bias=False)
     projection.weight = model.text_projection.weight
     return TextTower(
         backbone, tokenizer, pooling="pooler", projection=projection, max_length=max_length
     )
+
+
+def _text_config(model: CLIPModel) -> CLIPTextConfig:
+    """The text half of a loaded CLIP config (transformers has built it from the dict)."""
+    from transformers import CLIPTextConfig
+
+    config = model.config.text_config
+    if not isinstance(config, CLIPTextConfig):
+        raise TypeError(f"a loaded CLIP model holds a text config of type {type(config).__name__}")
+    return config
+
+
+def _image_size(model: CLIPModel) -> int:
+    """Side in pixels of the images the vision half of a loaded CLIP model takes."""
+    from transformers import CLIPVisionConfig
+
+    config = model.config.vision_config
+    if not isinstance(config, CLIPVisionConfig):
+        raise TypeError(
+            f"a loaded CLIP model holds a vision config of type {type(config).__name__}"
+        )
+    size = config.image_size
+    if not isinstance(size, int):
+        raise TypeError(f"CLIP's vision config gives image_size {size!r}, not one side in pixels")
+    return size
+
+
+def _projection_dim(model: CLIPModel) -> int:
+    """D, the size of the joint embedding space of a loaded CLIP model."""
+    return int(model.config.projection_dim or 0)
 
 
 def load_clip_folder(
@@ -110,7 +140,7 @@ def load_clip_folder(
         with folder_errors(folder, "image preprocessing settings"):
             preprocess = ImagePreprocess.from_config(settings)
     else:
-        size = int(model.config.vision_config.image_size)
+        size = _image_size(model)
         preprocess = ImagePreprocess(shortest_edge=size, crop_size=(size, size))
     with folder_errors(folder, "CLIP settings and weights"):
         return ClipEncoder(
