@@ -227,12 +227,12 @@ def test_transfer_syntax_without_any_decoder(tmp_path, write_dicom):
 
 
 def test_missing_decoder_plugin_is_named(tmp_path, sample_file, monkeypatch):
-    import pydicom.pixels
+    import pydicom.pixels.decoders.base
 
     class Unavailable:
         is_available = False
 
-    monkeypatch.setattr(pydicom.pixels, "get_decoder", lambda uid: Unavailable())
+    monkeypatch.setattr(pydicom.pixels.decoders.base, "get_decoder", lambda uid: Unavailable())
     path = sample_file("dicom/MG1_J2KI.dcm")
     with pytest.raises(MissingDependencyError, match="install pylibjpeg-openjpeg"):
         open_mammogram(path)
