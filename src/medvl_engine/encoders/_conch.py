@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -65,12 +65,47 @@ def require_conch(what: str) -> None:
         ) from error
 
 
+class CoCaTransformer(Protocol):
+    layers: int
+
+
+class CoCaText(Protocol):
+    """The text half of CONCH's CoCa model, as :func:`conch_text_tower` reads it."""
+
+    context_length: int
+    vocab_size: int
+    width: int
+    heads: int
+    output_dim: int
+    pad_id: int
+    transformer: CoCaTransformer
+    text_projection: torch.Tensor | None
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+
+class CoCaModel(Protocol):
+    """What :class:`ConchV1Encoder` calls on CONCH's CoCa model (the conch package is untyped)."""
+
+    text: CoCaText
+
+    def to(self, device: torch.device) -> CoCaModel: ...
+
+    def eval(self) -> CoCaModel: ...
+
+    def encode_image(
+        self, image: torch.Tensor, proj_contrast: bool = True, normalize: bool = True
+    ) -> torch.Tensor: ...
+
+    def encode_text(self, text: torch.Tensor, normalize: bool = True) -> torch.Tensor: ...
+
+
 class ConchV1Encoder(PatchTextEncoder):
     """CONCH v1 (CoCa ViT-B/16, 448 px): contrastive image and text embeddings [., 512]."""
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CoCaModel,
         tokenize: Callable[[list[str]], torch.Tensor],
         *,
         name: str,
@@ -276,7 +311,7 @@ def _conch_v15_encoder(
 
 
 def conch_text_tower(
-    text: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, *, max_length: int = 127
+    text: CoCaText, tokenizer: PreTrainedTokenizerBase, *, max_length: int = 127
 ) -> TextTower:
     """A trainable :class:`TextTower` holding a copy of a loaded CONCH model's ``.text`` module.
 
