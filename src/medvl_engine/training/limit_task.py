@@ -14,7 +14,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -33,6 +33,13 @@ from medvl_engine.models.limit import LimitModel, load_limit_model, save_limit_t
 from medvl_engine.training.config import RunConfig
 from medvl_engine.training.distributed import shard_indices
 from medvl_engine.training.task import unwrap_model
+
+if TYPE_CHECKING:
+    import zarr
+    from transformers import PreTrainedTokenizerBase
+
+    from medvl_engine.data.manifest import SlideRecord
+    from medvl_engine.encoders import TextTower
 
 __all__ = [
     "ACTIONS",
@@ -119,7 +126,7 @@ def _make_conch_text_loadable(folder: Path) -> None:
         register_conch_text()
 
 
-def load_trainable_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> nn.Module:
+def load_trainable_text_tower(spec: str, pooling: str = "mean", max_length: int = 128) -> TextTower:
     """A trainable :class:`medvl_engine.encoders.TextTower` from a name or a folder.
 
     spec: a registry name whose encoder has a text tower (``medvl-demo``, ``conch-v1``), a
@@ -137,7 +144,7 @@ def load_trainable_text_tower(spec: str, pooling: str = "mean", max_length: int 
     if spec in registry:
         if registry[spec].model_type == "conch-v1":
             require_conch(f"task.text_model={spec}")
-        tower = getattr(load_encoder(spec), "text_tower", None)
+        tower: TextTower | None = getattr(load_encoder(spec), "text_tower", None)
         if tower is None:
             raise ConfigError(
                 f"encoder {spec!r} has no trainable text tower in medvl; give a text model folder."
@@ -146,7 +153,14 @@ def load_trainable_text_tower(spec: str, pooling: str = "mean", max_length: int 
     model_type = model_kind_on_disk(folder) if folder.exists() else None
     if model_type == "conch-v1" and not (folder / "config.json").is_file():
         require_conch(f"task.text_model={spec} (a CONCH checkpoint)")
-        return load_encoder(folder, model_type="conch-v1").text_tower.train()
+        conch_tower: TextTower | None = getattr(
+            load_encoder(folder, model_type="conch-v1"), "text_tower", None
+        )
+        if conch_tower is None:
+            raise ConfigError(
+                f"encoder {spec!r} has no trainable text tower in medvl; give a text model folder."
+            )
+        return conch_tower.train()
     if not (folder / "config.json").is_file():
         raise ConfigError(
             f"text model {spec!r} is neither a registered encoder nor a folder with config.json; "
@@ -173,17 +187,20 @@ def load_trainable_text_tower(spec: str, pooling: str = "mean", max_length: int 
             folder, local_files_only=True, trust_remote_code=False
         ),
     )
-    options = {"local_files_only": True, "use_safetensors": True, "trust_remote_code": False}
     with folder_errors(folder, "text model settings and weights"):
         if model_type == "clip":
-            backbone = CLIPTextModel.from_pretrained(folder, **options)
+            backbone = CLIPTextModel.from_pretrained(
+                folder, local_files_only=True, use_safetensors=True, trust_remote_code=False
+            )
             pooling = "pooler"
         else:
-            backbone = AutoModel.from_pretrained(folder, **options)
+            backbone = AutoModel.from_pretrained(
+                folder, local_files_only=True, use_safetensors=True, trust_remote_code=False
+            )
     return TextTower(backbone, tokenizer, pooling=pooling, max_length=max_length).train()
 
 
-def _projection_to(tower: nn.Module, width: int, bridge: torch.Tensor | None = None) -> nn.Linear:
+def _projection_to(tower: TextTower, width: int, bridge: torch.Tensor | None = None) -> nn.Linear:
     """A linear map from the tower's pooled output to ``width`` (the vision dim).
 
     Without a projection: a new ``Linear(E, width)``. With one to a different width
@@ -314,7 +331,7 @@ class LimitTask:
             config.negatives,
             self.seed,
         )
-        self.tokenizer = None
+        self.tokenizer: PreTrainedTokenizerBase | None = None
 
     def _manifest_path(self) -> Path:
         if self.config.data == "synthetic":
@@ -370,7 +387,7 @@ class LimitTask:
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:
         from medvl_engine.encoders._lora import merged_copy
 
-        save_limit_text_tower(merged_copy(unwrap_model(model)).cpu(), directory)
+        save_limit_text_tower(_limit_model_of(merged_copy(unwrap_model(model)).cpu()), directory)
 
     # -- data ----------------------------------------------------------------------------
     def _my_bags(self, epoch: int, rank: int, world_size: int) -> list[list[int]]:
@@ -463,7 +480,7 @@ class LimitTask:
             batch["features"], batch["mask"], batch["input_ids"], batch["attention_mask"]
         )
         if self.config.loss == "siglit":
-            inner = unwrap_model(model)
+            inner = _limit_model_of(model)
             labels = torch.eye(len(similarity), dtype=torch.bool, device=similarity.device)
             loss = siglit_loss(similarity, labels, inner.logit_scale.exp(), inner.logit_bias)
         else:
@@ -493,7 +510,8 @@ class LimitTask:
 
         labelled = [r for r in self.splits[split] if r.label]
         slides = [
-            SlideExample(self.cache.get(r.features), r.organ, r.label, r.slide_id) for r in labelled
+            SlideExample(self.cache.get(r.features), r.organ, _label_of(r), r.slide_id)
+            for r in labelled
         ]
         return slides, self._classes_by_organ()
 
@@ -501,7 +519,7 @@ class LimitTask:
         """The classes of each organ over the labelled slides of all splits."""
         classes: dict[str, set[str]] = {}
         for record in (r for records in self.splits.values() for r in records if r.label):
-            classes.setdefault(record.organ, set()).add(record.label)
+            classes.setdefault(record.organ, set()).add(_label_of(record))
         return {organ: sorted(names) for organ, names in sorted(classes.items())}
 
     def _protocol(self) -> dict[str, Any]:
@@ -575,6 +593,7 @@ class LimitTask:
         seeded per slide), so :meth:`merge_evaluation` of all ranks' parts equals one process.
         The test split is read only by ``medvl-train limit eval``.
         """
+        limit = _limit_model_of(model)
         from medvl_engine.evaluation import SlideExample
         from medvl_engine.evaluation.pathology import zero_shot_predictions
 
@@ -592,7 +611,7 @@ class LimitTask:
             SlideExample(
                 self.cache.get(labelled[i].features),
                 labelled[i].organ,
-                labelled[i].label,
+                _label_of(labelled[i]),
                 labelled[i].slide_id,
             )
             for i in mine
@@ -604,8 +623,8 @@ class LimitTask:
             trial_rows = zero_shot_predictions(
                 slides,
                 self._classes_by_organ(),
-                lambda texts: model.encode_texts(texts),
-                model.tau_attn,
+                lambda texts: limit.encode_texts(texts),
+                limit.tau_attn,
                 template=config.eval_template,
                 pooling=config.eval_pooling,
                 k=config.eval_topk,
@@ -713,7 +732,7 @@ def _labelled_patches(
         group = zarr.open_group(str(record.features), mode="r")
         if "patch_labels" in group:
             features.append(task.cache.get(record.features))
-            labels.append(np.asarray(group["patch_labels"][...]))
+            labels.append(np.asarray(_zarr_array(group["patch_labels"])[...]))
             organs.extend([record.organ] * len(labels[-1]))
     if not features:
         return None
@@ -844,3 +863,27 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     print("\n".join(lines))
     (out_dir / "validation_report.json").write_text(json.dumps(results, indent=2, default=str))
     return results
+
+
+def _limit_model_of(model: nn.Module) -> LimitModel:
+    """The LimitModel inside ``model`` (unwrapped from DistributedDataParallel)."""
+    inner = unwrap_model(model)
+    if not isinstance(inner, LimitModel):
+        raise TypeError(f"the LIMIT task trains a LimitModel, got {type(inner).__name__}")
+    return inner
+
+
+def _label_of(record: SlideRecord) -> str:
+    """The class label of a labelled slide record."""
+    if record.label is None:
+        raise DataError(f"slide {record.slide_id} has no label")
+    return record.label
+
+
+def _zarr_array(node: zarr.Array[Any] | zarr.Group) -> zarr.Array[Any]:
+    """A zarr array member of a feature store (a group there means the store was altered)."""
+    import zarr
+
+    if not isinstance(node, zarr.Array):
+        raise DataError("a feature store holds a group where an array should be; extract again")
+    return node
