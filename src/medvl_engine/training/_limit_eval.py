@@ -22,6 +22,7 @@ import torch
 from medvl_engine.training.config import RunConfig
 
 if TYPE_CHECKING:
+    from medvl_engine.models.limit import LimitModel
     from medvl_engine.training.limit_task import LimitTask
 
 __all__ = ["BASELINE_ROWS", "evaluate_on_test", "eval_action"]
@@ -58,7 +59,7 @@ def _test_patches(task: Any) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | No
 
 
 def patch_auroc(
-    model: Any,
+    model: LimitModel,
     patches: tuple[torch.Tensor, np.ndarray, np.ndarray],
     class_prompts: list[str],
     n_resamples: int,
@@ -88,7 +89,7 @@ def patch_auroc(
     return {"auroc": value, "low": low, "high": high, "std": std, "patches": float(len(labels))}
 
 
-def evaluate_on_test(task: Any, folder: Path) -> dict[str, Any]:
+def evaluate_on_test(task: LimitTask, folder: Path) -> dict[str, Any]:
     """Test-split figures of the tuned model in ``folder`` and its baselines (module doc)."""
     from medvl_engine.training.synthetic_bags import DIAGNOSTIC_CLASSES
 

@@ -14,11 +14,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from medvl_engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from medvl_engine.training.config import RunConfig
 
 __all__ = [
     "SeedRun",
@@ -35,7 +38,7 @@ class SeedRun:
     """One run of a seed sweep: its seed (None without ``run.seeds``) and its two configs."""
 
     seed: int | None
-    run_config: Any
+    run_config: RunConfig
     task_config: Any
 
 
@@ -44,7 +47,7 @@ def seed_out_dir(out_dir: str | Path, seed: int) -> Path:
     return Path(out_dir) / f"seed-{int(seed)}"
 
 
-def seed_runs(run_config: Any, task_config: Any) -> list[SeedRun]:
+def seed_runs(run_config: RunConfig, task_config: Any) -> list[SeedRun]:
     """The runs ``run.seeds`` asks for (one per seed), or the configs as given without it.
 
     Each seed's run config has ``seed = s``, ``seeds = None`` and ``out_dir =
@@ -72,7 +75,7 @@ def seed_runs(run_config: Any, task_config: Any) -> list[SeedRun]:
     return runs
 
 
-def selected_model_dirs(run_config: Any, name: str = "best") -> list[tuple[int | None, Path]]:
+def selected_model_dirs(run_config: RunConfig, name: str = "best") -> list[tuple[int | None, Path]]:
     """``(seed, folder)`` of each run's model chosen on validation (``<run dir>/<name>``).
 
     Raises ConfigError naming the missing folders and the command that writes them.

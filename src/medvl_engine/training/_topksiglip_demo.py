@@ -20,7 +20,10 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from medvl_engine.training.config import RunConfig
 
 __all__ = [
     "DEMO_CONFIG",
@@ -225,7 +228,7 @@ def model_card(provenance: dict[str, Any], evaluation: dict[str, Any]) -> str:
 _PLACE_ONLY = {"run": {"out_dir", "progress", "resume"}, "task": {"synthetic_dir"}}
 
 
-def finished_with_recipe(work: Path, run_config: Any, task_config: Any) -> bool:
+def finished_with_recipe(work: Path, run_config: RunConfig, task_config: Any) -> bool:
     """True when ``work`` holds a finished run (``final/`` and ``best/`` saved) whose resolved
     configuration, as stored in its checkpoint, equals ``run_config`` / ``task_config`` in
     everything but where it wrote (out_dir, synthetic_dir) and how it reported progress."""
