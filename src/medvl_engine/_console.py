@@ -14,10 +14,12 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from medvl_engine._reason import one_line
+from medvl_engine._termination import Terminated
+from medvl_engine.errors import MedVLError
 
 __all__ = [
     "LIBRARY_LOGGERS",
@@ -156,6 +158,33 @@ def report_error(program: str, error: BaseException, verbose: bool = False) -> N
 
 
 def report_stop(program: str, message: str) -> None:
-    """Print why the run stopped early ("interrupted", "stopped by SIGTERM") on its own line."""
+    """Print why the run stopped early ("interrupted", "stopped (SIGTERM)") on its own line."""
     end_progress_line()
     print(f"{program}: {message}", file=sys.stderr, flush=True)
+
+
+def run_reported(
+    program: str,
+    body: Callable[[], int | None],
+    *,
+    debug: bool = False,
+    verbose: bool = False,
+    resume_hint: str = "",
+) -> int:
+    """Run a command's ``body`` and return its exit status: our errors print one line and
+    return their exit code (re-raised with ``debug``), Ctrl+C prints "interrupted" (130), SIGTERM
+    "stopped (SIGTERM)" (its signal status); ``resume_hint`` follows a stop after "; "."""
+    hint = f"; {resume_hint}" if resume_hint else ""
+    try:
+        return int(body() or 0)
+    except MedVLError as error:
+        if debug:
+            raise
+        report_error(program, error, verbose=verbose)
+        return error.exit_code
+    except KeyboardInterrupt:
+        report_stop(program, f"interrupted{hint}")
+        return 130
+    except Terminated as stop:
+        report_stop(program, f"stopped (SIGTERM){hint}")
+        return stop.exit_status

@@ -20,9 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from medvl_engine._console import command_session, report_error, report_stop
-from medvl_engine._termination import Terminated, stop_signals_raise
-from medvl_engine.errors import MedVLError
+from medvl_engine._console import command_session, run_reported
+from medvl_engine._termination import stop_signals_raise
 
 __all__ = ["build_parser", "main"]
 
@@ -99,19 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    try:
-        return int(args._run(args) or 0)
-    except MedVLError as error:
-        if args.debug:
-            raise
-        report_error(PROGRAM, error, verbose=args.verbose)
-        return error.exit_code
-    except KeyboardInterrupt:
-        report_stop(PROGRAM, "interrupted")
-        return 130
-    except Terminated as stop:
-        report_stop(PROGRAM, "stopped (SIGTERM)")
-        return stop.exit_status
+    return run_reported(PROGRAM, lambda: args._run(args), debug=args.debug, verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from medvl_engine._console import command_session, report_error, report_stop
-from medvl_engine._termination import Terminated, stop_signals_raise
-from medvl_engine.errors import ConfigError, MedVLError
+from medvl_engine._console import command_session, run_reported
+from medvl_engine._termination import stop_signals_raise
+from medvl_engine.errors import ConfigError
 
 __all__ = ["build_parser", "main", "split_action", "task_actions"]
 
@@ -129,30 +129,28 @@ def _train_action(module: ModuleType) -> Callable[..., int]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        from medvl_engine.training import load_config, task_module
+    return run_reported(
+        PROGRAM,
+        lambda: _run_action(args),
+        debug=args.debug,
+        verbose=args.verbose,
+        resume_hint="resume with run.resume=auto",
+    )
 
-        module = task_module(args.task)
-        action_name, overrides = split_action(args.overrides)
-        actions = task_actions(module)
-        if action_name not in actions:
-            raise ConfigError(
-                f"task {args.task!r} has no action {action_name!r}; choose one of "
-                f"{sorted(actions)} (or give settings as key=value)."
-            )
-        run_config, task_config = load_config(args.config, overrides, module.CONFIG_CLASS)
-        return int(actions[action_name](run_config, task_config))
-    except MedVLError as error:
-        if args.debug:
-            raise
-        report_error(PROGRAM, error, verbose=args.verbose)
-        return error.exit_code
-    except KeyboardInterrupt:
-        report_stop(PROGRAM, "interrupted (resume with run.resume=auto)")
-        return 130
-    except Terminated as stop:
-        report_stop(PROGRAM, "stopped by SIGTERM (resume with run.resume=auto)")
-        return stop.exit_status
+
+def _run_action(args: argparse.Namespace) -> int:
+    from medvl_engine.training import load_config, task_module
+
+    module = task_module(args.task)
+    action_name, overrides = split_action(args.overrides)
+    actions = task_actions(module)
+    if action_name not in actions:
+        raise ConfigError(
+            f"task {args.task!r} has no action {action_name!r}; choose one of "
+            f"{sorted(actions)} (or give settings as key=value)."
+        )
+    run_config, task_config = load_config(args.config, overrides, module.CONFIG_CLASS)
+    return int(actions[action_name](run_config, task_config))
 
 
 if __name__ == "__main__":
