@@ -211,12 +211,10 @@ class HeatmapWidget(Container):
         policy = progress.sizePolicy()
         policy.setRetainSizeWhenHidden(True)
         progress.setSizePolicy(policy)
-        status = self.controls.status.native
-        status.setWordWrap(True)
+        status = self.controls.status.native  # wraps already (JobControls)
         status.setFixedHeight(3 * status.fontMetrics().lineSpacing())
         status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         notice = self.controls.notice.native
-        notice.setWordWrap(True)
         notice.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         notice.setFixedHeight(2 * notice.fontMetrics().lineSpacing())
         policy = notice.sizePolicy()
