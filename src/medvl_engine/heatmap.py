@@ -23,11 +23,10 @@ import torch
 
 from medvl_engine.errors import DataError
 from medvl_engine.features import FeatureStore
-from medvl_engine.heatmap_prompts import MODES
+from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS
 
 __all__ = [
     "classify_slide",
-    "NORMALIZATIONS",
     "Heatmap",
     "PatchLayoutLike",
     "PromptEncoder",
@@ -37,7 +36,6 @@ __all__ = [
     "top_patches",
 ]
 
-NORMALIZATIONS = ("none", "percentile", "minmax", "fixed")
 _DEFAULT_RANGE = {"cosine": (-1.0, 1.0), "softmax": (0.0, 1.0), "contrast": (-2.0, 2.0)}
 
 

@@ -8,7 +8,9 @@ normalised patch features and t_k the normalised prompt embeddings
     contrast  two prompts, A then B     s_i = v_i . t_A - v_i . t_B          "tumor - stroma"
 A softmax map is the probability of the first class among the candidates given (LIMIT Eq. 5
 chooses among a candidate set), so its label names every class it was weighed against.
-Nothing here imports torch: the CLI builds its parser from ``MODES`` without loading a model.
+The ways a map's scores may be normalised for display (``NORMALIZATIONS``) are named here too.
+Nothing here imports torch: the CLI builds its parser from ``MODES`` and the viewer's dock its
+choices without loading a model.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections.abc import Sequence
 
 from medvl_engine.errors import ConfigError
 
-__all__ = ["MODES", "check_prompts", "prompt_label"]
+__all__ = ["MODES", "NORMALIZATIONS", "check_prompts", "prompt_label"]
 
 MODES = ("cosine", "softmax", "contrast")
+NORMALIZATIONS = ("none", "percentile", "minmax", "fixed")  # see heatmap.normalize_scores
 
 
 def check_prompts(prompts: Sequence[str], mode: str) -> None:

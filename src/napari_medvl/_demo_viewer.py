@@ -17,8 +17,12 @@ __all__ = ["save_screenshots", "scene_layers", "show_scene"]
 
 
 def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
-    """(slide layers, mammogram layers) for a DemoScene, overlays included where computed."""
+    """(slide layers, mammogram layers) for a DemoScene, overlays included where computed.
+
+    The heatmap is the overlay of its slide and mode (``overlay_key``), so the heatmap dock
+    updates it in place instead of adding layers of its own."""
     from medvl_engine.io.slide import open_slide
+    from napari_medvl._heatmap_overlay import overlay_key
 
     slide_data = slide_layer(open_slide(scene.slide_path), name="synthetic H&E")
     slide_frame = WorldFrame.from_dict(slide_data[1]["metadata"]["world_frame"])
@@ -32,6 +36,7 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
                 scene.prompt,
                 store=scene.feature_store,
                 slide=slide_data[1]["metadata"]["slide"],
+                overlay_key=overlay_key(slide_data[1]["metadata"]["path"], scene.heatmap.mode),
             )
         )
     mammo_layers: list[LayerData] = []

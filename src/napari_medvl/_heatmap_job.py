@@ -116,8 +116,6 @@ def preload_encoder(cache: FeatureCache, model: str) -> threading.Thread | None:
     Returns the thread, or None when the encoder is loaded or loading already. A failure is
     not reported here: the job then loads the model itself and reports the error sentence.
     """
-    from medvl_engine.encoders import load_encoder
-
     if model in cache.encoders or model in cache.loading:
         return None
     done = threading.Event()
@@ -125,6 +123,9 @@ def preload_encoder(cache: FeatureCache, model: str) -> threading.Thread | None:
 
     def load() -> None:
         try:
+            # torch is imported here, in the background, not by the caller
+            from medvl_engine.encoders import load_encoder
+
             encoder = load_encoder(model)
             encoder.encode_text(["tissue"])
             cache.encoders[model] = encoder

@@ -5,6 +5,12 @@ slide's heatmap layer for the mode (and its top-patch boxes) instead of adding a
 overlays never stack. Earlier results stay in a ``HeatmapHistory`` and can be shown again
 without any computation. Everything here runs on the GUI thread and only swaps prepared
 arrays in: scores are computed by the job, the grids are small.
+
+Adding a layer costs napari 0.3 - 0.8 s on the GUI thread (its canvas visual, its controls,
+its shaders and, for the rank labels, every glyph drawn the first time). So the dock adds a
+slide's overlay layers as soon as it binds the slide (``prepare_overlay``): an empty
+(transparent) heatmap and a top-patch layer whose one invisible label holds every character a
+rank label can show. The first result then only swaps data into them.
 """
 
 from __future__ import annotations
@@ -16,9 +22,27 @@ import numpy as np
 
 from napari_medvl._layers import LayerData, heatmap_result_layers
 
-__all__ = ["HeatmapHistory", "HistoryEntry", "find_overlay", "overlay_key", "show_overlay"]
+__all__ = [
+    "GLYPH_RANKS",
+    "PENDING_KIND",
+    "HeatmapHistory",
+    "HistoryEntry",
+    "find_overlay",
+    "overlay_key",
+    "pending_boxes_layer",
+    "pending_image_layer",
+    "prepare_overlay",
+    "show_glyph_rank",
+    "show_overlay",
+]
 
 HISTORY_LENGTH = 30
+PENDING_KIND = "heatmap_pending"  # medvl_kind of an overlay layer no result has filled yet
+# Rank label "#{rank} {score:.2f}" of a pending top-patch layer: with these ranks in turn and
+# this score, it shows every character any label can show ('#', ' ', '-', '.', all digits),
+# a few new ones at a time (each new glyph costs napari about 10 - 20 ms of one draw).
+GLYPH_RANKS = (1, 23, 456, 789, 1023456789)
+_GLYPHS_SCORE = -0.5
 
 
 def overlay_key(slide_path: str, mode: str) -> str:
@@ -32,6 +56,88 @@ def find_overlay(viewer: Any, key: str, layer_type: str = "image") -> Any:
         if layer.metadata.get("overlay_key") == key and type(layer).__name__.lower() == layer_type:
             return layer
     return None
+
+
+def _slide_of(key: str) -> str:
+    return key.rsplit("|", 1)[0]
+
+
+def pending_image_layer(key: str, frame: Any, mode: str, style: dict[str, Any]) -> LayerData:
+    """An empty heatmap layer for overlay ``key``: one transparent (NaN) cell of one level-0
+    px at the slide's origin, drawn with the colour map a result of ``mode`` would get."""
+    from medvl_engine._colormap import resolve_colormap
+    from napari_medvl._layers import WorldFrame, _units
+    from napari_medvl._overlay_style import napari_colormap
+
+    world = frame if isinstance(frame, WorldFrame) else WorldFrame.from_dict(frame or {})
+    colormap = resolve_colormap(style.get("colormap", "auto"), signed=mode == "contrast")
+    kwargs = {
+        "name": "heatmap (Run to compute)",
+        "colormap": napari_colormap(colormap),
+        "opacity": style.get("opacity", 0.5),
+        "blending": style.get("blending", "translucent"),
+        "contrast_limits": (0.0, 1.0),
+        "interpolation2d": "nearest",
+        "units": _units(world),
+        **world.image_transform(),
+        "metadata": {"medvl_kind": PENDING_KIND, "overlay_key": key, "mode": mode},
+    }
+    return np.full((1, 1), np.nan, dtype=np.float32), kwargs, "image"
+
+
+def pending_boxes_layer(key: str, frame: Any) -> LayerData:
+    """An invisible top-patch layer for overlay ``key``: one box of one level-0 px whose label
+    (rank ``GLYPH_RANKS[0]``; ``show_glyph_rank`` sets the next ones) makes napari render the
+    glyphs of rank labels now rather than when the first result's labels appear."""
+    from napari_medvl._layers import RANK_LABEL_COLOR, WorldFrame, boxes_layer
+
+    world = frame if isinstance(frame, WorldFrame) else WorldFrame.from_dict(frame or {})
+    data, kwargs, layer_type = boxes_layer(
+        np.array([[0.0, 0.0, 1.0, 1.0]]),
+        [_GLYPHS_SCORE],
+        world,
+        name="top patches (Run to compute)",
+        edge_color=RANK_LABEL_COLOR,
+        ranks=[GLYPH_RANKS[0]],
+    )
+    kwargs["opacity"] = 0.0
+    kwargs["metadata"].update({"medvl_kind": PENDING_KIND, "overlay_key": key})
+    return data, kwargs, layer_type
+
+
+def prepare_overlay(viewer: Any, key: str, layer_type: str, build: Any) -> Any:
+    """The ``image`` or ``shapes`` layer of overlay ``key``, added now if there is none.
+
+    A pending (never filled) layer of the same slide for another mode is taken over instead
+    of adding one; otherwise ``build()`` gives the pending layer's data (see
+    ``pending_image_layer``). Returns the layer.
+    """
+    from napari.layers import Layer
+
+    existing = find_overlay(viewer, key, layer_type)
+    if existing is not None:
+        return existing
+    for layer in viewer.layers:
+        metadata = layer.metadata
+        if (
+            metadata.get("medvl_kind") == PENDING_KIND
+            and type(layer).__name__.lower() == layer_type
+            and _slide_of(metadata.get("overlay_key", "")) == _slide_of(key)
+        ):
+            _, kwargs, _ = build()
+            layer.metadata = kwargs["metadata"]
+            if layer_type == "image" and layer.colormap.name != kwargs["colormap"].name:
+                layer.colormap = kwargs["colormap"]
+            return layer
+    return viewer.add_layer(Layer.create(*build()))
+
+
+def show_glyph_rank(layer: Any, rank: int) -> bool:
+    """Label a pending top-patch layer's box with ``rank``; False once a result filled it."""
+    if layer.metadata.get("medvl_kind") != PENDING_KIND or len(layer.data) != 1:
+        return False
+    layer.features = {"rank": [rank], "score": [_GLYPHS_SCORE]}
+    return True
 
 
 def _set_if_changed(layer: Any, name: str, value: Any) -> None:
@@ -66,13 +172,18 @@ def _update_image(layer: Any, layer_data: LayerData) -> None:
 def _update_boxes(layer: Any, layer_data: LayerData) -> None:
     """Replace a top-patch layer's rectangles, scores and name in place (removing a layer
     costs napari a full garbage collection on the GUI thread)."""
+    from napari.utils.colormaps.standardize_color import transform_color
+
     data, kwargs, _ = layer_data
     layer.metadata = kwargs["metadata"]
     layer.selected_data = set()
     layer.data = [np.asarray(corners) for corners in data]
-    layer.features = kwargs["features"]
-    layer.edge_color = kwargs["edge_color"]
-    layer.refresh_text()
+    layer.features = kwargs["features"]  # refreshes the labels
+    edge = transform_color(kwargs["edge_color"])[0]
+    if len(layer.edge_color) and not np.allclose(layer.edge_color, edge):
+        layer.edge_color = kwargs["edge_color"]
+    if "opacity" in kwargs:
+        _set_if_changed(layer, "opacity", kwargs["opacity"])
     if layer.name != kwargs["name"]:
         layer.name = kwargs["name"]
 

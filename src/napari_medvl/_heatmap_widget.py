@@ -7,10 +7,15 @@ Each slide has one heatmap layer per mode, updated in place (``_heatmap_overlay`
 earlier prompts stay in the history list; the colour bar shows the layer's map,
 limits, prompt, mode, model and demo notice. While features are computed the
 layer fills in (visible patches first) and the progress bar counts patches.
+The overlay layers of the bound slide and mode are added (empty) as soon as the dock binds
+the slide, one per event-loop turn, so a result only swaps data in (``prepare_overlay``).
 """
 
 from __future__ import annotations
 
+import importlib
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from magicgui.widgets import (
@@ -34,7 +39,17 @@ from napari_medvl._heatmap_job import (
     parse_prompts,
     preload_encoder,
 )
-from napari_medvl._heatmap_overlay import HeatmapHistory, find_overlay, overlay_key, show_overlay
+from napari_medvl._heatmap_overlay import (
+    GLYPH_RANKS,
+    HeatmapHistory,
+    find_overlay,
+    overlay_key,
+    pending_boxes_layer,
+    pending_image_layer,
+    prepare_overlay,
+    show_glyph_rank,
+    show_overlay,
+)
 from napari_medvl._layers import SLIDE_KIND
 from napari_medvl._notify import report_error
 from napari_medvl._progress import Progress
@@ -43,14 +58,41 @@ from napari_medvl._widget_common import JobControls, layers_of_kind
 __all__ = ["BLENDINGS", "HeatmapWidget"]
 
 BLENDINGS = ("translucent", "additive")
+PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
+IMPORT_POLL_MS = 100  # how often the dock looks whether a background import is done
+GLYPH_STEP_MS = 60  # between the labels that make napari render rank-label glyphs (one draw)
 TOGGLE_KEY = "Control-Shift-H"  # shows / hides the heatmap shown last, from anywhere in napari
+
+
+_MODEL_TOOLTIP = "A registered encoder, a model folder or a Hugging Face id."
 
 
 def _model_tooltip() -> str:
     from medvl_engine.encoders import available_encoders
 
     names = ", ".join(entry.name for entry in available_encoders())
-    return f"A registered encoder ({names}), a model folder or a Hugging Face id."
+    return _MODEL_TOOLTIP.replace("encoder", f"encoder ({names})", 1)
+
+
+def _import_in_background(module: str) -> threading.Event:
+    """Import ``module`` in a background thread; the event is set when it is done.
+
+    Imports the dock would otherwise make on the GUI thread: torch (the model registry, for
+    the model field's tooltip; 1 - 2.5 s) and pandas (napari imports it when the first shapes
+    layer is made; 0.2 - 0.5 s). A failed import is left to the code that needs the module.
+    """
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # reported where the module is used
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="medvl-import", daemon=True).start()
+    return done
 
 
 def _view_level0(layer: Any) -> tuple[float, float, float, float] | None:
@@ -78,14 +120,14 @@ class HeatmapWidget(Container):
         """``preload``: load the model in the background now, so the first Run starts at the
         slide (a first overlay within seconds) instead of at loading the model."""
         from medvl_engine._colormap import COLORMAP_CHOICES
-        from medvl_engine.heatmap import NORMALIZATIONS
-        from medvl_engine.heatmap_prompts import MODES
+        from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS
 
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else FeatureCache()
         self.history = HeatmapHistory()
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
-        self.model = LineEdit(label="model", value="medvl-demo", tooltip=_model_tooltip())
+        self._pandas = _import_in_background("pandas")
+        self.model = LineEdit(label="model", value="medvl-demo", tooltip=_MODEL_TOOLTIP)
         self.prompts = LineEdit(
             label="prompts",
             value="tumor",
@@ -184,6 +226,8 @@ class HeatmapWidget(Container):
         self.model.changed.connect(self._show_notice)
         self.normalization.changed.connect(self._normalization_changed)
         self.history_choice.changed.connect(self._history_chosen)
+        self.slide_choice.changed.connect(self._prepare_overlay_soon)
+        self.mode.changed.connect(self._prepare_overlay_soon)
         for control in (
             self.colormap,
             self.opacity,
@@ -195,12 +239,35 @@ class HeatmapWidget(Container):
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
         napari_viewer.layers.events.removed.connect(self._layer_removed)
-        self._refresh_choices()
+        self._refresh_choices()  # binding a slide prepares its overlay layers
         self._show_notice()
         self.controls.bind_run_key(self.run, self.native)
         if preload:
             preload_encoder(self.cache, self.model.value.strip() or "medvl-demo")
+        self._when_ready(_import_in_background("medvl_engine.encoders"), self._name_encoders)
         napari_viewer.bind_key(TOGGLE_KEY, self.toggle_overlay, overwrite=True)
+
+    def _later(self, delay_ms: int, action: Callable[[], None]) -> None:
+        """Run ``action`` on the GUI thread after ``delay_ms``, unless the dock is gone by
+        then (the timer is a child of the dock's Qt widget)."""
+        from qtpy.QtCore import QTimer
+
+        timer = QTimer(self.native)
+        timer.setSingleShot(True)
+        timer.timeout.connect(action)
+        timer.timeout.connect(timer.deleteLater)
+        timer.start(delay_ms)
+
+    def _when_ready(self, ready: threading.Event, action: Callable[[], None]) -> None:
+        """Run ``action`` on a later event-loop turn once ``ready`` is set (looked at every
+        ``IMPORT_POLL_MS``)."""
+        if ready.is_set():
+            self._later(0, action)
+        else:
+            self._later(IMPORT_POLL_MS, lambda: self._when_ready(ready, action))
+
+    def _name_encoders(self) -> None:
+        self.model.tooltip = _model_tooltip()
 
     def _fix_sizes(self) -> None:
         """Text that changes (status, history labels) wraps or elides instead of widening the
@@ -333,6 +400,50 @@ class HeatmapWidget(Container):
             self._set_status(
                 f"Cancelled; the features of {kept} patches are kept and Run continues from them."
             )
+
+    # ----- overlay layers, before any result
+    def _pending_key(self) -> tuple[str, Any] | None:
+        layer = self.slide_choice.value
+        if layer is None or layer not in self._viewer.layers:
+            return None
+        return overlay_key(layer.metadata.get("path", ""), self.mode.value), layer
+
+    def _prepare_overlay_soon(self, _value: Any = None) -> None:
+        """Add the bound slide's empty overlay layers on the next event-loop turns."""
+        self._later(PREPARE_DELAY_MS, self._prepare_image)
+
+    def _prepare_image(self) -> None:
+        bound = self._pending_key()
+        if bound is None:
+            return
+        key, layer = bound
+        frame, mode, style = self._frame_of(layer), self.mode.value, self.style()
+        prepare_overlay(
+            self._viewer, key, "image", lambda: pending_image_layer(key, frame, mode, style)
+        )
+        if self.top_n.value > 0:
+            self._when_ready(self._pandas, self._prepare_boxes)
+
+    def _prepare_boxes(self) -> None:
+        bound = self._pending_key()
+        if bound is None:
+            return
+        key, layer = bound
+        frame = self._frame_of(layer)
+        image = find_overlay(self._viewer, key, "image")
+        boxes = prepare_overlay(
+            self._viewer, key, "shapes", lambda: pending_boxes_layer(key, frame)
+        )
+        if image is not None:
+            self._viewer.layers.selection.active = image
+        self._show_glyphs(boxes, GLYPH_RANKS[1:])
+
+    def _show_glyphs(self, boxes: Any, ranks: tuple[int, ...]) -> None:
+        """Label the pending box with each of ``ranks``, one draw apart."""
+        if not ranks or boxes not in self._viewer.layers:
+            return
+        if show_glyph_rank(boxes, ranks[0]):
+            self._later(GLYPH_STEP_MS, lambda: self._show_glyphs(boxes, ranks[1:]))
 
     # ----- results
     def _frame_of(self, layer: Any) -> Any:

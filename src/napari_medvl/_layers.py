@@ -512,12 +512,14 @@ def heatmap_layers(
             )
         )
         layers[-1][1]["metadata"]["overlay_key"] = overlay_key
+        layers[-1][1]["opacity"] = TOP_PATCH_OPACITY
     return layers
 
 
 # Magenta is in neither shared map (viridis, blue-white-red), so boxes and rank labels stay
 # readable over any cell of the heatmap.
 RANK_LABEL_COLOR = "magenta"
+TOP_PATCH_OPACITY = 0.7  # napari's default for shapes, stated: a pending layer starts at 0
 
 
 def _demo_notice(model: str | None) -> str | None:

@@ -12,8 +12,10 @@ from napari.utils.notifications import notification_manager
 from PIL import Image
 
 from medvl_engine.demo_models import DEMO_NOTICE
+from napari_medvl._export_job import exportable
 from napari_medvl._export_widget import ExportWidget
 from napari_medvl._heatmap_job import FeatureCache
+from napari_medvl._heatmap_overlay import PENDING_KIND
 from napari_medvl._heatmap_widget import HeatmapWidget
 
 pytestmark = pytest.mark.gui
@@ -25,6 +27,18 @@ def _open_slide(viewer, path):
 
     npe2.PluginManager.instance().discover()
     return viewer.open(str(path), plugin="napari-medvl")[0]
+
+
+def _assert_no_heatmap_shown(viewer):
+    """No result layer, and the overlay layers the dock added ahead of results show nothing."""
+    assert not any(layer.metadata.get("medvl_kind") == "heatmap" for layer in viewer.layers)
+    for layer in viewer.layers:
+        if layer.name.startswith(("heatmap", "top patches")):
+            assert layer.metadata.get("medvl_kind") == PENDING_KIND, layer.name
+            if layer.name.startswith("heatmap"):
+                assert np.isnan(layer.data).all()
+            else:
+                assert layer.opacity == 0.0
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +148,7 @@ def test_cancel_stops_the_job_without_adding_layers(
     assert worker.abort_requested
     qtbot.waitUntil(lambda: not worker.is_running, timeout=WORKER_TIMEOUT_MS)
     qtbot.wait(100)
-    assert not any(layer.name.startswith("heatmap") for layer in viewer.layers)
+    _assert_no_heatmap_shown(viewer)
     assert widget.controls.status.value == "Cancelled."
     assert not widget.runner.running
 
@@ -147,6 +161,60 @@ def test_cancel_stops_the_job_without_adding_layers(
     qtbot.waitUntil(lambda: not first.is_running, timeout=WORKER_TIMEOUT_MS)
     heatmaps = [layer.name for layer in viewer.layers if layer.name.startswith("heatmap")]
     assert heatmaps == ["heatmap: stroma"]
+
+
+def test_overlay_layers_wait_empty_before_run_and_the_first_result_only_fills_them(
+    make_napari_viewer, qtbot, tmp_path, medvl_cache, small_slide, run_and_wait
+):
+    """Adding a layer costs napari 0.3 - 0.8 s on the GUI thread: the dock adds the slide's
+    overlay layers when it binds the slide, so a result never adds one."""
+    viewer = make_napari_viewer()
+    slide_layer = _open_slide(viewer, small_slide.path)
+    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+    widget.top_n.value = 3
+    qtbot.waitUntil(lambda: len(viewer.layers) == 3, timeout=10_000)
+    _, image, boxes = viewer.layers
+    assert type(image).__name__ == "Image" and type(boxes).__name__ == "Shapes"
+    _assert_no_heatmap_shown(viewer)
+    # in the slide's frame (um), one transparent level-0 px at its origin
+    np.testing.assert_allclose(image.scale, [0.5, 0.5])
+    assert image.units == slide_layer.units
+    assert not exportable(image.metadata) and not widget.colorbar.showing
+    # its hidden label has made napari draw every character of a rank label
+    qtbot.waitUntil(lambda: boxes.features["rank"][0] == 1023456789, timeout=10_000)
+    assert not exportable(boxes.metadata)
+
+    # a mode chosen before any Run takes the waiting layers over: no layer is added
+    widget.mode.value = "contrast"
+    qtbot.wait(200)
+    assert list(viewer.layers) == [slide_layer, image, boxes]
+    assert image.metadata["overlay_key"].endswith("|contrast")
+    assert image.colormap.name == "medvl blue-white-red"
+    widget.mode.value = "cosine"
+    qtbot.wait(200)
+    assert image.colormap.name == "medvl viridis"
+
+    added = []
+    viewer.layers.events.inserted.connect(lambda event: added.append(event.value))
+    run_and_wait(qtbot, widget)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    assert added == []
+    assert viewer.layers["heatmap: tumor"] is image
+    assert viewer.layers["top patches: tumor"] is boxes
+    assert image.metadata["medvl_kind"] == "heatmap" and exportable(image.metadata)
+    assert image.data.shape == (4, 6) and np.isfinite(image.data).any()
+    np.testing.assert_allclose(image.scale, [112.0, 112.0])
+    assert len(boxes.data) == 3 and boxes.opacity == pytest.approx(0.7)
+    assert sorted(boxes.features["rank"]) == [1, 2, 3]
+    assert widget.colorbar.showing
+
+    # another mode's first result gets its own layer, added when the mode is chosen
+    widget.mode.value = "softmax"
+    widget.prompts.value = "tumor; stroma"
+    qtbot.waitUntil(lambda: len(viewer.layers) == 5, timeout=10_000)
+    run_and_wait(qtbot, widget)
+    assert added[:2] == [viewer.layers[3], viewer.layers[4]] and len(added) == 2
+    assert viewer.layers[3].name == "heatmap: tumor vs stroma"
 
 
 def test_unknown_model_gives_a_notification_not_an_exception(
@@ -167,7 +235,7 @@ def test_unknown_model_gives_a_notification_not_an_exception(
     assert len(messages) == 1
     assert "no-such-model" in messages[0]
     assert "Traceback" not in messages[0]
-    assert not any(layer.name.startswith("heatmap") for layer in viewer.layers)
+    _assert_no_heatmap_shown(viewer)
 
 
 def test_incomplete_input_is_reported_before_any_work(make_napari_viewer, small_slide):

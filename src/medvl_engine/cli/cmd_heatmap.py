@@ -12,7 +12,7 @@ from medvl_engine.cli._pathology import (
     encoder_and_store,
     write_outputs,
 )
-from medvl_engine.heatmap_prompts import MODES, check_prompts, prompt_label
+from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS, check_prompts, prompt_label
 
 HELP = "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV)"
 
@@ -34,9 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_feature_arguments(parser)
     add_output_arguments(parser)
     parser.add_argument("--mode", choices=MODES, default="cosine")
-    parser.add_argument(
-        "--normalize", choices=("none", "percentile", "minmax", "fixed"), default="none"
-    )
+    parser.add_argument("--normalize", choices=NORMALIZATIONS, default="none")
     parser.add_argument(
         "--range",
         nargs=2,
