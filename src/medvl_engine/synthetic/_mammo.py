@@ -22,6 +22,7 @@ from medvl_engine._atomic import atomic_write
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo_render import (
     FINDING_TYPES,
+    LESION_REACH,
     BenignStructure,
     BreastGeometry,
     Lesion,
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 MAMMO_SOP_CLASS = UID("1.2.840.10008.5.1.4.1.1.1.2")
-MAMMO_GENERATOR_VERSION = 3
+MAMMO_GENERATOR_VERSION = 4
 """Raised whenever the generator's output changes, so a cohort written before is not reused."""
 WINDOW_HEADROOM = 0.35
 """Attenuation units the display window reaches above the densest tissue (99.5th percentile).
@@ -211,7 +212,7 @@ def _plan_case(
         )
     if cancer and not findings:
         raise SyntheticDataError("a cancer case needs at least one finding")
-    spiculated = [f == "mass" and cancer and rng.uniform() < 0.7 for f in findings]
+    spiculated = [f == "mass" and cancer and rng.uniform() < 0.85 for f in findings]
     if birads is None:
         if not findings:
             birads = 1
@@ -229,6 +230,16 @@ def _plan_case(
     return list(findings), bool(cancer), density, int(birads), spiculated
 
 
+def _overlap(a: Lesion, b: Lesion, geo: BreastGeometry, shape: tuple[int, int]) -> bool:
+    """True when the drawn extents of two findings touch in either view."""
+    apart = (LESION_REACH[a.kind] * a.size + LESION_REACH[b.kind] * b.size) * shape[0]
+    for view in ("CC", "MLO"):
+        (ra, ca), (rb, cb) = lesion_centre(a, view, geo, shape), lesion_centre(b, view, geo, shape)
+        if np.hypot(ra - rb, ca - cb) < apart:
+            return True
+    return False
+
+
 def _place_lesions(
     rng: np.random.Generator,
     kinds: list[str],
@@ -237,12 +248,13 @@ def _place_lesions(
     shape: tuple[int, int],
     malignant: bool = False,
 ) -> list[Lesion]:
-    """Lesions away from the skin line and outside the MLO pectoral muscle."""
+    """Lesions away from the skin line, outside the MLO pectoral muscle and apart from each
+    other in both views."""
     size_range = {
-        "mass": (0.018, 0.035),
-        "calcification": (0.015, 0.025),
-        "architectural distortion": (0.035, 0.05),
-        "asymmetry": (0.045, 0.07),
+        "mass": (0.03, 0.05),
+        "calcification": (0.025, 0.04),
+        "architectural distortion": (0.045, 0.065),
+        "asymmetry": (0.05, 0.08),
     }
     _, _, pectoral, *_ = _outline("MLO", geo, shape)
     lesions: list[Lesion] = []
@@ -263,12 +275,18 @@ def _place_lesions(
             row, col = lesion_centre(lesion, "MLO", geo, shape)
             reach = 3.0 * lesion.size * shape[0]
             r0, c0 = int(max(row - reach, 0)), int(max(col - reach, 0))
-            if not pectoral[r0 : int(row + reach) + 1, c0 : int(col + reach) + 1].any():
+            clear_of_muscle = not pectoral[
+                r0 : int(row + reach) + 1, c0 : int(col + reach) + 1
+            ].any()
+            if clear_of_muscle and not any(
+                _overlap(lesion, other, geo, shape) for other in lesions
+            ):
                 lesions.append(lesion)
                 break
         else:
             raise SyntheticDataError(
-                f"could not place a {kind} outside the pectoral muscle in a {shape} view; "
+                f"could not place a {kind} outside the pectoral muscle and apart from the other "
+                f"findings in a {shape} view; "
                 "use a larger size or another seed"
             )
     return lesions

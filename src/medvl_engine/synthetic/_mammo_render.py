@@ -18,6 +18,7 @@ from medvl_engine.synthetic._tissue import _smooth_noise
 
 __all__ = [
     "BENIGN_STRUCTURES",
+    "LESION_REACH",
     "FINDING_TYPES",
     "DENSITY_FRACTION",
     "BenignStructure",
@@ -30,6 +31,14 @@ __all__ = [
 FINDING_TYPES: tuple[str, ...] = ("mass", "calcification", "architectural distortion", "asymmetry")
 DENSITY_FRACTION: dict[str, float] = {"A": 0.08, "B": 0.28, "C": 0.55, "D": 0.82}
 
+
+LESION_REACH: dict[str, float] = {
+    "mass": 2.8,
+    "calcification": 1.6,
+    "architectural distortion": 1.3,
+    "asymmetry": 2.2,
+}
+"""How far a finding's drawing reaches from its centre, in multiples of its radius."""
 
 BENIGN_STRUCTURES: tuple[str, ...] = (
     "vascular calcification",
@@ -170,8 +179,7 @@ def _lesion_map(
     rows = shape[0]
     rng = np.random.default_rng(lesion.seed)
     radius = max(lesion.size * rows, 2.0)
-    reach = {"mass": 2.8, "calcification": 1.6, "architectural distortion": 1.3, "asymmetry": 2.2}
-    half = int(np.ceil(radius * reach[lesion.kind])) + 3
+    half = int(np.ceil(radius * LESION_REACH[lesion.kind])) + 3
     row0, col0 = int(round(centre_rc[0])) - half, int(round(centre_rc[1])) - half
     rr = np.arange(2 * half + 1, dtype=np.float32)[:, None] + row0
     cc = np.arange(2 * half + 1, dtype=np.float32)[None, :] + col0
@@ -191,8 +199,9 @@ def _lesion_map(
         )
         edge = radius * (1.0 + harmonics)
         margin = 5.0 if irregular else 1.5
+        density = 0.32 if irregular else 0.2  # malignant masses are mostly high density
         out = (
-            0.26
+            density
             * np.clip((edge - dist) / margin + 0.5, 0.0, 1.0)
             * (1.0 - 0.3 * (dist / edge) ** 2)
         )
@@ -205,9 +214,9 @@ def _lesion_map(
                 out = np.maximum(out, 0.16 * np.clip(1.8 - line, 0.0, 1.0))
     elif lesion.kind == "calcification":
         if lesion.malignant:  # fine pleomorphic, tightly clustered, many
-            count, spread, spot, level = int(rng.integers(14, 26)), 0.35, (0.6, 1.3), (0.35, 0.6)
+            count, spread, spot, level = int(rng.integers(20, 36)), 0.3, (0.9, 1.5), (0.45, 0.7)
         else:  # a few coarse round calcifications, loosely grouped
-            count, spread, spot, level = int(rng.integers(3, 7)), 0.8, (1.1, 1.9), (0.55, 0.9)
+            count, spread, spot, level = int(rng.integers(2, 6)), 1.0, (1.4, 2.2), (0.6, 0.9)
         spots = centre + rng.normal(0.0, radius * spread, (count, 2))
         for position in spots:
             d = np.hypot(rr - position[0], cc - position[1])

@@ -9,8 +9,15 @@ with binary cross entropy,
     L = -mean_i [ y_i log sigmoid(h(f(x_i))) + (1 - y_i) log(1 - sigmoid(h(f(x_i)))) ]
 
 with x_i ``[1, P, P]`` patches at the candidate size P of the TopK grid, f the pooled backbone
-features ``[C_last]`` and h the linear head (discarded afterwards). It uses only the ROI boxes
-the Soft Dice loss already uses, never the report or the finding labels.
+features ``[C_last]`` and h the linear head (discarded afterwards). It uses the ROI boxes the
+Soft Dice loss already uses, never the report or the finding labels.
+
+With ``malignancy_weight`` lambda > 0 a second output h_m of the head also tells the ROI patches
+of breasts with cancer from those of breasts without (the breast-level cancer outcome, a
+training label the tabular target already holds; a secondary finding of a cancer breast counts
+as its breast does):
+
+    L = L_lesion + lambda * BCE over ROI patches with a known outcome (h_m(f(x_i)), c_i)
 """
 
 from __future__ import annotations
@@ -39,14 +46,36 @@ _TISSUE_FRACTION = 0.8
 
 @dataclass
 class LesionPatches:
-    """patches ``[M, 1, P, P]`` float32 in [0, 1]; labels ``[M]`` (1 = centred on an ROI box)."""
+    """patches ``[M, 1, P, P]`` float32 in [0, 1]; labels ``[M]`` (1 = centred on an ROI box);
+    cancer ``[M]`` (1 / 0 = the breast has / has not cancer, NaN = unknown; normal patches come
+    from breasts without findings, so they hold 0)."""
 
     patches: torch.Tensor
     labels: torch.Tensor
+    cancer: torch.Tensor | None = None
 
 
 def _crop(image: np.ndarray, x0: int, y0: int, size: int) -> np.ndarray:
     return image[y0 : y0 + size, x0 : x0 + size]
+
+
+def _brightest_spots(image: np.ndarray, count: int, apart: int) -> list[tuple[int, int]]:
+    """(row, col) of the ``count`` brightest points of ``image`` smoothed over 3 x 3 px, each
+    at least ``apart`` px (Chebyshev) from the ones before."""
+    padded = np.pad(image, 1, mode="edge")
+    smooth = sum(
+        padded[dy : dy + image.shape[0], dx : dx + image.shape[1]]
+        for dy in range(3)
+        for dx in range(3)
+    )
+    spots: list[tuple[int, int]] = []
+    for _ in range(count):
+        row, col = (int(v) for v in np.unravel_index(int(np.argmax(smooth)), smooth.shape))
+        spots.append((row, col))
+        smooth[
+            max(row - apart, 0) : row + apart + 1, max(col - apart, 0) : col + apart + 1
+        ] = -np.inf
+    return spots
 
 
 def lesion_patches(
@@ -55,16 +84,21 @@ def lesion_patches(
     normals_per_breast: int = 2,
     jitter: float = 0.2,
     seed: int = 0,
+    bright_normals_per_breast: int = 0,
 ) -> LesionPatches:
     """Lesion and normal-tissue patches from the (unaugmented) breasts of ``dataset``.
 
     One patch per ROI box, centred on it up to ``jitter * patch_size`` px; and
-    ``normals_per_breast`` patches of mostly tissue from each breast without findings or ROIs.
+    ``normals_per_breast`` patches of mostly tissue from each breast without findings or ROIs,
+    plus ``bright_normals_per_breast`` patches centred on its brightest spots (hard negatives:
+    calcified vessels, coarse benign calcifications, skin markers and dense islands are bright
+    but are not findings).
     """
     rng = np.random.default_rng(seed)
     shift = int(round(jitter * patch_size))
     patches: list[np.ndarray] = []
     labels: list[float] = []
+    cancer: list[float] = []
     for index in range(len(dataset)):
         record = dataset.records[index]
         image, boxes = dataset.breast(index)
@@ -80,6 +114,7 @@ def lesion_patches(
                 top = int(np.clip(round(cy - patch_size / 2), 0, limit))
                 patches.append(_crop(image, left, top, patch_size))
                 labels.append(1.0)
+                cancer.append(float("nan") if record.cancer is None else float(record.cancer))
         elif not record.findings:
             for _ in range(normals_per_breast):
                 for _attempt in range(50):
@@ -89,13 +124,24 @@ def lesion_patches(
                         break
                 patches.append(patch)
                 labels.append(0.0)
+                cancer.append(0.0)
+            for row, col in _brightest_spots(image, bright_normals_per_breast, patch_size // 2):
+                left = int(np.clip(col - patch_size // 2, 0, limit))
+                top = int(np.clip(row - patch_size // 2, 0, limit))
+                patches.append(_crop(image, left, top, patch_size))
+                labels.append(0.0)
+                cancer.append(0.0)
     if not patches or len(set(labels)) < 2:
         raise DataError(
             "lesion pretraining needs breasts with ROI boxes and breasts without findings; "
             "set task.lesion_pretrain_steps=0 for this cohort."
         )
     stacked = torch.from_numpy(np.stack(patches).astype(np.float32))[:, None]
-    return LesionPatches(stacked, torch.tensor(labels, dtype=torch.float32))
+    return LesionPatches(
+        stacked,
+        torch.tensor(labels, dtype=torch.float32),
+        torch.tensor(cancer, dtype=torch.float32),
+    )
 
 
 def pretrain_on_lesion_patches(
@@ -106,16 +152,23 @@ def pretrain_on_lesion_patches(
     batch_size: int = 32,
     weight_decay: float = 0.05,
     seed: int = 0,
+    malignancy_weight: float = 0.0,
 ) -> list[float]:
     """Train ``backbone`` (a transformers ConvNextModel) and a throwaway linear head, in place.
 
     Each step draws ``batch_size`` patches (random horizontal flips) and takes one AdamW step
-    on the BCE above. Returns the loss of every step.
+    on the loss above (lambda = ``malignancy_weight``; 0 = lesion vs normal alone). Returns the
+    loss of every step.
     """
+    if malignancy_weight > 0 and (data.cancer is None or not _has_both_outcomes(data)):
+        raise DataError(
+            "the malignancy term of lesion pretraining needs ROI patches of breasts with and "
+            "without cancer; set task.lesion_pretrain_malignancy=0 for this cohort."
+        )
     generator = torch.Generator().manual_seed(seed)
     device = next(backbone.parameters()).device
     width = list(backbone.config.hidden_sizes or [])[-1]
-    head = nn.Linear(width, 1).to(device)
+    head = nn.Linear(width, 2).to(device)
     parameters = [p for p in backbone.parameters() if p.requires_grad] + list(head.parameters())
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
     was_training = backbone.training
@@ -127,9 +180,15 @@ def pretrain_on_lesion_patches(
         flips = torch.rand(batch_size, generator=generator) < 0.5
         patches = torch.where(flips.view(-1, 1, 1, 1), patches.flip(-1), patches).to(device)
         pooled = _convnext.pooled_features(backbone, _convnext.grayscale_to_input(patches))
-        loss = F.binary_cross_entropy_with_logits(
-            head(pooled).squeeze(-1), data.labels[chosen].to(device)
-        )
+        logits = head(pooled)
+        loss = F.binary_cross_entropy_with_logits(logits[:, 0], data.labels[chosen].to(device))
+        if malignancy_weight > 0 and data.cancer is not None:
+            outcome = data.cancer[chosen].to(device)
+            rated = (data.labels[chosen].to(device) > 0) & ~torch.isnan(outcome)
+            if bool(rated.any()):
+                loss = loss + malignancy_weight * F.binary_cross_entropy_with_logits(
+                    logits[rated, 1], outcome[rated]
+                )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -139,3 +198,12 @@ def pretrain_on_lesion_patches(
         losses.append(value)
     backbone.train(was_training)
     return losses
+
+
+def _has_both_outcomes(data: LesionPatches) -> bool:
+    """True when the ROI patches hold breasts with cancer and breasts without."""
+    if data.cancer is None:
+        return False
+    outcome = data.cancer[data.labels > 0]
+    outcome = outcome[~torch.isnan(outcome)]
+    return bool((outcome == 1).any() and (outcome == 0).any())

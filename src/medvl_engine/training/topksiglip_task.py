@@ -110,6 +110,12 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # medvl_engine.training.lesion_pretrain. For towers without pretrained weights.
     lesion_pretrain_steps: int = 0
     lesion_pretrain_lr: float = 1e-3
+    # Weight of its second term: ROI patches of breasts with vs without cancer (0: lesion vs
+    # normal only).
+    lesion_pretrain_malignancy: float = 0.0
+    # Normal patches centred on the brightest spots of each breast without findings (hard
+    # negatives), in addition to two random tissue patches per such breast.
+    lesion_pretrain_bright_normals: int = 0
     vision_lr_scale: float = 1.0  # the ConvNeXt backbone trains at run.lr * vision_lr_scale
     seed: int = 0
     install_as: str | None = None  # registered name whose cache folder receives the final model
@@ -427,7 +433,12 @@ class TopKSigLIPTask:
         )
 
         config = self.config
-        patches = lesion_patches(self._training_set(), self.geometry.patch_size, seed=config.seed)
+        patches = lesion_patches(
+            self._training_set(),
+            self.geometry.patch_size,
+            seed=config.seed,
+            bright_normals_per_breast=config.lesion_pretrain_bright_normals,
+        )
         if self.progress is not None:
             positives = int(patches.labels.sum())
             self.progress(
@@ -440,6 +451,7 @@ class TopKSigLIPTask:
             config.lesion_pretrain_steps,
             lr=config.lesion_pretrain_lr,
             seed=config.seed,
+            malignancy_weight=config.lesion_pretrain_malignancy,
         )
         tail = losses[-min(len(losses), 20) :]
         self.lesion_pretrain_loss = sum(tail) / len(tail)

@@ -24,7 +24,9 @@ SIZE = 128
 PATCH = 32
 
 
-def _record(index: int, findings: list[str], boxes: list[list[float]]) -> MammoRecord:
+def _record(
+    index: int, findings: list[str], boxes: list[list[float]], cancer: bool | None = False
+) -> MammoRecord:
     return MammoRecord(
         exam_id=f"e{index}",
         laterality="L",
@@ -32,7 +34,7 @@ def _record(index: int, findings: list[str], boxes: list[list[float]]) -> MammoR
         mlo_path=f"mlo{index}.dcm",
         birads=4 if findings else 1,
         density="B",
-        cancer=False,
+        cancer=cancer,
         findings=findings,
         report="",
         roi_boxes={"CC": boxes} if boxes else {},
@@ -40,11 +42,14 @@ def _record(index: int, findings: list[str], boxes: list[list[float]]) -> MammoR
     )
 
 
-def _toy_dataset(breasts: int, seed: int = 0) -> tuple[MammoDataset, dict[str, np.ndarray]]:
+def _toy_dataset(
+    breasts: int, seed: int = 0, malignant_squares: bool = False
+) -> tuple[MammoDataset, dict[str, np.ndarray]]:
     """Breasts of tissue-level noise; every other one has a bright 6 px square 'lesion'.
 
     Every breast also holds bright 2 x 18 px bars ('vessels'), as many bright pixels as a
-    lesion, so total brightness does not tell the two kinds of patch apart.
+    lesion, so total brightness does not tell the two kinds of patch apart. With
+    ``malignant_squares`` every second lesion is a 12 px square and its breast has cancer.
     """
     rng = np.random.default_rng(seed)
     records, images = [], {}
@@ -57,11 +62,16 @@ def _toy_dataset(breasts: int, seed: int = 0) -> tuple[MammoDataset, dict[str, n
             else:
                 image[y0 : y0 + 18, x0 : x0 + 2] = 1.0
         boxes: list[list[float]] = []
+        cancer = malignant_squares and i % 4 == 3
         if i % 2:
             x0, y0 = (int(v) for v in rng.integers(20, SIZE - 26, 2))
-            image[y0 : y0 + 6, x0 : x0 + 6] = 1.0
-            boxes = [[x0, y0, x0 + 6, y0 + 6]]
-        records.append(_record(i, ["mass"] if boxes else [], boxes))
+            if cancer:
+                image[y0 : y0 + 12, x0 : x0 + 12] = 1.0
+                boxes = [[x0, y0, x0 + 12, y0 + 12]]
+            else:
+                image[y0 : y0 + 6, x0 : x0 + 6] = 1.0
+                boxes = [[x0, y0, x0 + 6, y0 + 6]]
+        records.append(_record(i, ["mass"] if boxes else [], boxes, cancer))
         images[f"e{i}"] = image
 
     def loader(record: MammoRecord, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -86,6 +96,77 @@ def test_lesion_patches_are_centred_on_roi_boxes_and_normals_come_from_clean_bre
     assert not any(  # no normal patch holds a lesion's 6 x 6 block of bright pixels
         bool((torch.nn.functional.avg_pool2d(p, 6, stride=1) == 1.0).any()) for p in normals
     )
+
+
+def test_bright_normals_are_centred_on_the_brightest_spots_of_clean_breasts():
+    dataset, images = _toy_dataset(4)
+    clean = images["e0"].copy()
+    clean[:] = 0.4
+    clean[100:103, 20:23] = 1.0  # a 'calcified vessel' spot: the brightest place
+    clean[40:43, 90:93] = 0.9  # the second brightest, far from the first
+    images["e0"][:] = clean
+    data = lesion_patches(dataset, PATCH, normals_per_breast=0, bright_normals_per_breast=2)
+    # breast e0 (clean): two bright normals; e1: its ROI; e2: two bright normals; e3: its ROI
+    assert data.labels.tolist() == [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    first, second = data.patches[0, 0], data.patches[1, 0]
+    half = PATCH // 2
+    assert torch.all(first[half - 1 : half + 2, half - 1 : half + 2] == 1.0)
+    assert torch.all(second[half - 1 : half + 2, half - 1 : half + 2] == 0.9)
+
+
+def test_lesion_patches_carry_the_breast_outcome():
+    dataset, _ = _toy_dataset(8, malignant_squares=True)
+    data = lesion_patches(dataset, PATCH, normals_per_breast=1, jitter=0.0)
+    assert data.cancer is not None
+    # breasts 0..7: clean, 6 px, clean, 12 px (cancer), clean, 6 px, clean, 12 px (cancer)
+    assert data.labels.tolist() == [0.0, 1.0] * 4
+    assert data.cancer.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_pretraining_with_the_malignancy_term_tells_cancer_rois_apart():
+    train_data = lesion_patches(
+        _toy_dataset(128, seed=2, malignant_squares=True)[0], PATCH, jitter=0.1, seed=2
+    )
+    torch.manual_seed(0)
+    backbone = _convnext.build_convnext([1, 1, 1, 1], [8, 16, 32, 64], layer_scale_init=0.1)
+    losses = pretrain_on_lesion_patches(
+        backbone, train_data, steps=150, lr=2e-3, batch_size=16, malignancy_weight=1.0
+    )
+    # two BCE terms (lesion + malignancy on the ROI patches) start near 2 ln 2 * share of ROIs
+    assert np.mean(losses[:5]) > 0.8 and np.mean(losses[-10:]) < 0.3
+    held_out = lesion_patches(
+        _toy_dataset(24, seed=3, malignant_squares=True)[0], PATCH, jitter=0.0, seed=3
+    )
+    backbone.eval()
+    with torch.no_grad():
+        features = _convnext.pooled_features(
+            backbone, _convnext.grayscale_to_input(held_out.patches)
+        )
+    roi = held_out.labels > 0
+    assert held_out.cancer is not None
+    outcome = held_out.cancer[roi]
+    # a ridge read-out of the pooled features, fitted on the training ROIs, separates the
+    # held-out cancer ROIs from the others
+    train_features = _convnext.pooled_features(
+        backbone, _convnext.grayscale_to_input(train_data.patches)
+    ).detach()
+    assert train_data.cancer is not None
+    train_roi = train_data.labels > 0
+    design = torch.cat([train_features[train_roi], torch.ones(int(train_roi.sum()), 1)], 1)
+    target = 2 * train_data.cancer[train_roi] - 1
+    weights = torch.linalg.solve(
+        design.T @ design + 1e-2 * torch.eye(design.shape[1]), design.T @ target
+    )
+    scores = torch.cat([features[roi], torch.ones(int(roi.sum()), 1)], 1) @ weights
+    accuracy = ((scores > 0).float() == outcome).float().mean()
+    assert accuracy >= 0.9
+
+
+def test_malignancy_term_needs_both_outcomes():
+    data = lesion_patches(_toy_dataset(10)[0], PATCH)  # no breast has cancer
+    backbone = _convnext.build_convnext([1, 1, 1, 1], [8, 16, 32, 64])
+    with pytest.raises(DataError, match="lesion_pretrain_malignancy=0"):
+        pretrain_on_lesion_patches(backbone, data, steps=1, malignancy_weight=1.0)
 
 
 def test_lesion_patches_need_both_kinds():
