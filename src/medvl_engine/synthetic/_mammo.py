@@ -231,8 +231,9 @@ def _plan_case(
 
 
 def _overlap(a: Lesion, b: Lesion, geo: BreastGeometry, shape: tuple[int, int]) -> bool:
-    """True when the drawn extents of two findings touch in either view."""
-    apart = (LESION_REACH[a.kind] * a.size + LESION_REACH[b.kind] * b.size) * shape[0]
+    """True when two findings' centres are closer, in either view, than half the sum of how
+    far their drawings reach (one would sit on the other's spicules or box)."""
+    apart = 0.5 * (LESION_REACH[a.kind] * a.size + LESION_REACH[b.kind] * b.size) * shape[0]
     for view in ("CC", "MLO"):
         (ra, ca), (rb, cb) = lesion_centre(a, view, geo, shape), lesion_centre(b, view, geo, shape)
         if np.hypot(ra - rb, ca - cb) < apart:
