@@ -139,3 +139,30 @@ def test_module_entry_point_rejects_an_unknown_name() -> None:
     )
     assert result.returncode == 2
     assert "invalid choice" in result.stderr
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_rebuild_loads_the_text_tower_quietly_unless_verbose(verbose: bool, tmp_path: Path) -> None:
+    code = (
+        "import sys, types\n"
+        "from pathlib import Path\n"
+        "from medvl_engine.training import demo_models as entry\n"
+        "module = types.ModuleType('fake_recipe')\n"
+        "def rebuild_shipped(progress=None):\n"
+        "    from medvl_engine.models._bert_text import MINILM, build_bert_model\n"
+        "    build_bert_model(MINILM, {})\n"
+        f"    return Path({str(tmp_path)!r})\n"
+        "module.rebuild_shipped = rebuild_shipped\n"
+        "sys.modules['fake_recipe'] = module\n"
+        "entry._REBUILDERS['topksiglip-demo'] = 'fake_recipe'\n"
+        f"sys.exit(entry.main(['topksiglip-demo'{', ' + repr('--verbose') if verbose else ''}]))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        env.pop(name, None)
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert f"topksiglip-demo: wrote {tmp_path}" in completed.stdout
+    assert ("LOAD REPORT" in completed.stderr) == verbose, completed.stderr

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from medvl_engine._console import command_session
 from medvl_engine.demo_models import DEMO_MODEL_NAMES
 from medvl_engine.errors import MedVLError, MissingDependencyError
 
@@ -61,14 +62,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "diagnosis) from their recipes.",
     )
     parser.add_argument("name", choices=(*DEMO_MODEL_NAMES, "all"), help="model to rebuild")
+    parser.add_argument(
+        "--verbose", action="store_true", help="let third-party load reports and warnings through"
+    )
     args = parser.parse_args(argv)
     names = list(DEMO_MODEL_NAMES) if args.name == "all" else [args.name]
     try:
-        rebuilds = [(name, rebuild_function(name)) for name in names]
-        for name, rebuild in rebuilds:
-            started = time.perf_counter()
-            folder = rebuild(_progress(name))
-            print(f"{name}: wrote {folder} in {time.perf_counter() - started:.0f} s", flush=True)
+        with command_session(verbose=args.verbose):
+            rebuilds = [(name, rebuild_function(name)) for name in names]
+            for name, rebuild in rebuilds:
+                started = time.perf_counter()
+                folder = rebuild(_progress(name))
+                seconds = time.perf_counter() - started
+                print(f"{name}: wrote {folder} in {seconds:.0f} s", flush=True)
     except MedVLError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return error.exit_code
