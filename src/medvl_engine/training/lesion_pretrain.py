@@ -63,11 +63,10 @@ def _brightest_spots(image: np.ndarray, count: int, apart: int) -> list[tuple[in
     """(row, col) of the ``count`` brightest points of ``image`` smoothed over 3 x 3 px, each
     at least ``apart`` px (Chebyshev) from the ones before."""
     padded = np.pad(image, 1, mode="edge")
-    smooth = sum(
-        padded[dy : dy + image.shape[0], dx : dx + image.shape[1]]
-        for dy in range(3)
-        for dx in range(3)
-    )
+    smooth = np.zeros(image.shape, dtype=image.dtype)
+    for dy in range(3):
+        for dx in range(3):
+            smooth += padded[dy : dy + image.shape[0], dx : dx + image.shape[1]]
     spots: list[tuple[int, int]] = []
     for _ in range(count):
         row, col = (int(v) for v in np.unravel_index(int(np.argmax(smooth)), smooth.shape))

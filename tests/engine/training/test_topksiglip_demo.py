@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import os
+import shutil
 import time
 from pathlib import Path
 
