@@ -158,6 +158,23 @@ def run_limited():
     return run
 
 
+@pytest.fixture
+def run_python_with_library_output():
+    """``run(code) -> CompletedProcess``: Python ``code`` in a child process (offline) whose
+    transformers / Hugging Face Hub verbosity and progress-bar settings are their defaults, so
+    a test sees what those libraries print unless our code silences them."""
+
+    def run(code: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+            env.pop(name, None)
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout_s
+        )
+
+    return run
+
+
 # ---- tiny TopKSigLIP models: a 256 px breast image, 8x8 grid, K = 3, ConvNeXt of width 8..64
 
 TINY_TOPK_TEXT = {

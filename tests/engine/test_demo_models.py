@@ -142,7 +142,9 @@ def test_module_entry_point_rejects_an_unknown_name() -> None:
 
 
 @pytest.mark.parametrize("verbose", [False, True])
-def test_rebuild_loads_the_text_tower_quietly_unless_verbose(verbose: bool, tmp_path: Path) -> None:
+def test_rebuild_loads_the_text_tower_quietly_unless_verbose(
+    verbose: bool, tmp_path: Path, run_python_with_library_output
+) -> None:
     code = (
         "import sys, types\n"
         "from pathlib import Path\n"
@@ -157,12 +159,7 @@ def test_rebuild_loads_the_text_tower_quietly_unless_verbose(verbose: bool, tmp_
         "entry._REBUILDERS['topksiglip-demo'] = 'fake_recipe'\n"
         f"sys.exit(entry.main(['topksiglip-demo'{', ' + repr('--verbose') if verbose else ''}]))\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
-        env.pop(name, None)
-    completed = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
-    )
+    completed = run_python_with_library_output(code)
     assert completed.returncode == 0, completed.stderr
     assert f"topksiglip-demo: wrote {tmp_path}" in completed.stdout
     assert ("LOAD REPORT" in completed.stderr) == verbose, completed.stderr

@@ -56,7 +56,7 @@ def test_verbose_lets_the_load_report_through(tmp_path):
     assert "LOAD REPORT" in completed.stderr
 
 
-def test_session_quiet_when_transformers_was_imported_before_it():
+def test_session_quiet_when_transformers_was_imported_before_it(run_python_with_library_output):
     code = (
         "import transformers\n"
         "from medvl_engine._console import command_session\n"
@@ -65,12 +65,7 @@ def test_session_quiet_when_transformers_was_imported_before_it():
         "    build_bert_model('all-MiniLM-L6-v2', {})\n"
         "build_bert_model('all-MiniLM-L6-v2', {})  # outside the session: noise comes back\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
-        env.pop(name, None)
-    completed = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
-    )
+    completed = run_python_with_library_output(code)
     assert completed.returncode == 0, completed.stderr
     # exactly one report and one bar: those of the load outside the session
     assert completed.stderr.count("LOAD REPORT") == 1
