@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from napari_medvl._event_turns import GLYPH_RANKS, GLYPHS_SCORE
 from napari_medvl._layers import LayerData, heatmap_result_layers
+from napari_medvl._widget_common import set_if_changed
 
 __all__ = [
-    "GLYPH_RANKS",
     "PENDING_KIND",
     "HeatmapHistory",
     "HistoryEntry",
@@ -32,17 +33,11 @@ __all__ = [
     "pending_boxes_layer",
     "pending_image_layer",
     "prepare_overlay",
-    "show_glyph_rank",
     "show_overlay",
 ]
 
 HISTORY_LENGTH = 30
 PENDING_KIND = "heatmap_pending"  # medvl_kind of an overlay layer no result has filled yet
-# Rank label "#{rank} {score:.2f}" of a pending top-patch layer: with these ranks in turn and
-# this score, it shows every character any label can show ('#', ' ', '-', '.', all digits),
-# a few new ones at a time (each new glyph costs napari about 10 - 20 ms of one draw).
-GLYPH_RANKS = (1, 23, 456, 789, 1023456789)
-_GLYPHS_SCORE = -0.5
 
 
 def overlay_key(slide_path: str, mode: str) -> str:
@@ -87,14 +82,14 @@ def pending_image_layer(key: str, frame: Any, mode: str, style: dict[str, Any]) 
 
 def pending_boxes_layer(key: str, frame: Any) -> LayerData:
     """An invisible top-patch layer for overlay ``key``: one box of one level-0 px whose label
-    (rank ``GLYPH_RANKS[0]``; ``show_glyph_rank`` sets the next ones) makes napari render the
-    glyphs of rank labels now rather than when the first result's labels appear."""
+    (rank ``GLYPH_RANKS[0]``; ``_event_turns.show_glyphs`` sets the next ones) makes napari
+    render the glyphs of rank labels now rather than when the first result's labels appear."""
     from napari_medvl._layers import RANK_LABEL_COLOR, WorldFrame, boxes_layer
 
     world = frame if isinstance(frame, WorldFrame) else WorldFrame.from_dict(frame or {})
     data, kwargs, layer_type = boxes_layer(
         np.array([[0.0, 0.0, 1.0, 1.0]]),
-        [_GLYPHS_SCORE],
+        [GLYPHS_SCORE],
         world,
         name="top patches (Run to compute)",
         edge_color=RANK_LABEL_COLOR,
@@ -132,37 +127,18 @@ def prepare_overlay(viewer: Any, key: str, layer_type: str, build: Any) -> Any:
     return viewer.add_layer(Layer.create(*build()))
 
 
-def show_glyph_rank(layer: Any, rank: int) -> bool:
-    """Label a pending top-patch layer's box with ``rank``; False once a result filled it."""
-    if layer.metadata.get("medvl_kind") != PENDING_KIND or len(layer.data) != 1:
-        return False
-    layer.features = {"rank": [rank], "score": [_GLYPHS_SCORE]}
-    return True
-
-
-def _set_if_changed(layer: Any, name: str, value: Any) -> None:
-    # each assignment refreshes the layer on the GUI thread: skip the ones that change nothing
-    current = getattr(layer, name)
-    try:
-        same = bool(np.all(np.asarray(current) == np.asarray(value)))
-    except (TypeError, ValueError):
-        same = False
-    if not same:
-        setattr(layer, name, value)
-
-
 def _update_image(layer: Any, layer_data: LayerData) -> None:
     data, kwargs, _ = layer_data
     layer.metadata = kwargs["metadata"]
-    _set_if_changed(layer, "scale", kwargs["scale"])
-    _set_if_changed(layer, "translate", kwargs["translate"])
+    set_if_changed(layer, "scale", kwargs["scale"])
+    set_if_changed(layer, "translate", kwargs["translate"])
     layer.data = data
     low, high = kwargs["contrast_limits"]
     layer.contrast_limits_range = (min(low, high), max(low, high))
-    _set_if_changed(layer, "contrast_limits", (low, high))
+    set_if_changed(layer, "contrast_limits", (low, high))
     if layer.colormap.name != kwargs["colormap"].name:
         layer.colormap = kwargs["colormap"]
-    _set_if_changed(layer, "opacity", kwargs["opacity"])
+    set_if_changed(layer, "opacity", kwargs["opacity"])
     if layer.blending != kwargs["blending"]:
         layer.blending = kwargs["blending"]
     if layer.name != kwargs["name"]:
@@ -183,7 +159,7 @@ def _update_boxes(layer: Any, layer_data: LayerData) -> None:
     if len(layer.edge_color) and not np.allclose(layer.edge_color, edge):
         layer.edge_color = kwargs["edge_color"]
     if "opacity" in kwargs:
-        _set_if_changed(layer, "opacity", kwargs["opacity"])
+        set_if_changed(layer, "opacity", kwargs["opacity"])
     if layer.name != kwargs["name"]:
         layer.name = kwargs["name"]
 

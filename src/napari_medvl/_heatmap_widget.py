@@ -13,9 +13,6 @@ the slide, one per event-loop turn, so a result only swaps data in (``prepare_ov
 
 from __future__ import annotations
 
-import importlib
-import threading
-from collections.abc import Callable
 from typing import Any
 
 from magicgui.widgets import (
@@ -30,6 +27,13 @@ from magicgui.widgets import (
 )
 
 from napari_medvl._colorbar import ColorBar
+from napari_medvl._event_turns import (
+    GLYPH_RANKS,
+    import_in_background,
+    later,
+    show_glyphs,
+    when_ready,
+)
 from napari_medvl._heatmap_job import (
     FeatureCache,
     HeatmapOutcome,
@@ -40,14 +44,13 @@ from napari_medvl._heatmap_job import (
     preload_encoder,
 )
 from napari_medvl._heatmap_overlay import (
-    GLYPH_RANKS,
+    PENDING_KIND,
     HeatmapHistory,
     find_overlay,
     overlay_key,
     pending_boxes_layer,
     pending_image_layer,
     prepare_overlay,
-    show_glyph_rank,
     show_overlay,
 )
 from napari_medvl._layers import SLIDE_KIND
@@ -59,8 +62,6 @@ __all__ = ["BLENDINGS", "HeatmapWidget"]
 
 BLENDINGS = ("translucent", "additive")
 PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
-IMPORT_POLL_MS = 100  # how often the dock looks whether a background import is done
-GLYPH_STEP_MS = 60  # between the labels that make napari render rank-label glyphs (one draw)
 TOGGLE_KEY = "Control-Shift-H"  # shows / hides the heatmap shown last, from anywhere in napari
 
 
@@ -72,27 +73,6 @@ def _model_tooltip() -> str:
 
     names = ", ".join(entry.name for entry in available_encoders())
     return _MODEL_TOOLTIP.replace("encoder", f"encoder ({names})", 1)
-
-
-def _import_in_background(module: str) -> threading.Event:
-    """Import ``module`` in a background thread; the event is set when it is done.
-
-    Imports the dock would otherwise make on the GUI thread: torch (the model registry, for
-    the model field's tooltip; 1 - 2.5 s) and pandas (napari imports it when the first shapes
-    layer is made; 0.2 - 0.5 s). A failed import is left to the code that needs the module.
-    """
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            importlib.import_module(module)
-        except Exception:  # reported where the module is used
-            pass
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="medvl-import", daemon=True).start()
-    return done
 
 
 def _view_level0(layer: Any) -> tuple[float, float, float, float] | None:
@@ -126,7 +106,7 @@ class HeatmapWidget(Container):
         self.cache = cache if cache is not None else FeatureCache()
         self.history = HeatmapHistory()
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
-        self._pandas = _import_in_background("pandas")
+        self._pandas = import_in_background("pandas")
         self.model = LineEdit(label="model", value="medvl-demo", tooltip=_MODEL_TOOLTIP)
         self.prompts = LineEdit(
             label="prompts",
@@ -244,27 +224,8 @@ class HeatmapWidget(Container):
         self.controls.bind_run_key(self.run, self.native)
         if preload:
             preload_encoder(self.cache, self.model.value.strip() or "medvl-demo")
-        self._when_ready(_import_in_background("medvl_engine.encoders"), self._name_encoders)
+        when_ready(self.native, import_in_background("medvl_engine.encoders"), self._name_encoders)
         napari_viewer.bind_key(TOGGLE_KEY, self.toggle_overlay, overwrite=True)
-
-    def _later(self, delay_ms: int, action: Callable[[], None]) -> None:
-        """Run ``action`` on the GUI thread after ``delay_ms``, unless the dock is gone by
-        then (the timer is a child of the dock's Qt widget)."""
-        from qtpy.QtCore import QTimer
-
-        timer = QTimer(self.native)
-        timer.setSingleShot(True)
-        timer.timeout.connect(action)
-        timer.timeout.connect(timer.deleteLater)
-        timer.start(delay_ms)
-
-    def _when_ready(self, ready: threading.Event, action: Callable[[], None]) -> None:
-        """Run ``action`` on a later event-loop turn once ``ready`` is set (looked at every
-        ``IMPORT_POLL_MS``)."""
-        if ready.is_set():
-            self._later(0, action)
-        else:
-            self._later(IMPORT_POLL_MS, lambda: self._when_ready(ready, action))
 
     def _name_encoders(self) -> None:
         self.model.tooltip = _model_tooltip()
@@ -410,7 +371,7 @@ class HeatmapWidget(Container):
 
     def _prepare_overlay_soon(self, _value: Any = None) -> None:
         """Add the bound slide's empty overlay layers on the next event-loop turns."""
-        self._later(PREPARE_DELAY_MS, self._prepare_image)
+        later(self.native, PREPARE_DELAY_MS, self._prepare_image)
 
     def _prepare_image(self) -> None:
         bound = self._pending_key()
@@ -422,7 +383,7 @@ class HeatmapWidget(Container):
             self._viewer, key, "image", lambda: pending_image_layer(key, frame, mode, style)
         )
         if self.top_n.value > 0:
-            self._when_ready(self._pandas, self._prepare_boxes)
+            when_ready(self.native, self._pandas, self._prepare_boxes)
 
     def _prepare_boxes(self) -> None:
         bound = self._pending_key()
@@ -436,14 +397,7 @@ class HeatmapWidget(Container):
         )
         if image is not None:
             self._viewer.layers.selection.active = image
-        self._show_glyphs(boxes, GLYPH_RANKS[1:])
-
-    def _show_glyphs(self, boxes: Any, ranks: tuple[int, ...]) -> None:
-        """Label the pending box with each of ``ranks``, one draw apart."""
-        if not ranks or boxes not in self._viewer.layers:
-            return
-        if show_glyph_rank(boxes, ranks[0]):
-            self._later(GLYPH_STEP_MS, lambda: self._show_glyphs(boxes, ranks[1:]))
+        show_glyphs(self.native, self._viewer, boxes, PENDING_KIND, GLYPH_RANKS[1:])
 
     # ----- results
     def _frame_of(self, layer: Any) -> Any:

@@ -394,6 +394,10 @@ def importance_layers(
     return layers
 
 
+TOPK_BOX_COLOR = "lime"
+TOPK_BOX_TEXT = "#{rank} {score:.3f}"
+
+
 def topk_layers(
     result: Any,
     breast: Any,
@@ -430,8 +434,8 @@ def topk_layers(
                 result.scores[view],
                 view_frames[view],
                 name=f"{prefix} boxes {view}",
-                edge_color="lime",
-                text_format="#{rank} {score:.3f}",
+                edge_color=TOPK_BOX_COLOR,
+                text_format=TOPK_BOX_TEXT,
                 ranks=result.ranks[view],
                 extra_features={"view": [view] * len(result.scores[view])},
             )

@@ -8,6 +8,10 @@ corner band of every box (placed in rank order so that plates of overlapping box
 each other), drawn under the boxes, with the rank and score in white on it. The
 box outline gets a dark rim (a wider dark rectangle under the coloured one) so a lime box stays
 visible on a bright or lime-coloured importance map.
+
+``pending_topk_layers`` gives the same layers empty and invisible, in the same order, for the
+views a result will be drawn on: the TopK dock adds them before any result, so a result only
+fills them (see :mod:`._event_turns`).
 """
 
 from __future__ import annotations
@@ -16,13 +20,34 @@ from typing import Any
 
 import numpy as np
 
-from napari_medvl._layers import LayerData, WorldFrame, topk_layers
+from medvl_engine._colormap import SEQUENTIAL_MAP
+from napari_medvl._event_turns import GLYPH_RANKS, GLYPHS_SCORE
+from napari_medvl._layers import (
+    TOP_PATCH_OPACITY,
+    TOPK_BOX_COLOR,
+    TOPK_BOX_TEXT,
+    LayerData,
+    WorldFrame,
+    _units,
+    boxes_layer,
+    topk_layers,
+)
 
-__all__ = ["PLATE_COLOR", "LABEL_COLOR", "readable_topk_layers", "shared_colormap"]
+__all__ = [
+    "LABEL_COLOR",
+    "PENDING_SUFFIX",
+    "PLATE_COLOR",
+    "TOPK_PENDING_KIND",
+    "pending_topk_layers",
+    "readable_topk_layers",
+    "shared_colormap",
+]
 
 PLATE_COLOR = "#000000cc"  # black at 80 % opacity
 LABEL_COLOR = "white"
 _PLATE_FRACTION = 0.22  # of the box height
+TOPK_PENDING_KIND = "topk_pending"  # medvl_kind of a TopK layer no result has filled yet
+PENDING_SUFFIX = " (Run to compute)"  # a pending layer's name: its result's name + this
 
 
 def shared_colormap(name: str) -> Any:
@@ -97,6 +122,7 @@ def _labels_layer(boxes_data: LayerData, frame: WorldFrame) -> LayerData:
             "anchor": "upper_left",
             "size": 9,
         },
+        "opacity": TOP_PATCH_OPACITY,
         "metadata": {**kwargs["metadata"], "medvl_kind": "topk_labels"},
     }
     return plates, labels_kwargs, "shapes"
@@ -129,8 +155,6 @@ def readable_topk_layers(
     The boxes layer keeps its rank/score features but no text of its own; the labels layer
     carries the same features and the text, white on dark plates.
     """
-    from medvl_engine._colormap import SEQUENTIAL_MAP
-
     layers: list[LayerData] = []
     for data in topk_layers(result, breast, view_frames, laterality, sources=sources):
         _, kwargs, layer_type = data
@@ -151,7 +175,67 @@ def readable_topk_layers(
             continue
         labelled = dict(kwargs)
         labelled["text"] = {**kwargs["text"], "visible": False}
+        labelled["opacity"] = TOP_PATCH_OPACITY
         layers.append(_rim_layer(data))
         layers.append((data[0], labelled, layer_type))
         layers.append(_labels_layer(data, view_frames[view]))
+    return layers
+
+
+def _pending(data: LayerData) -> LayerData:
+    """``data`` as a pending layer: invisible (opacity 0), named after its result."""
+    values, kwargs, layer_type = data
+    name = str(kwargs["name"])
+    kwargs = {**kwargs, "name": name + PENDING_SUFFIX, "opacity": 0.0}
+    kwargs["metadata"] = {"medvl_kind": TOPK_PENDING_KIND, "result_name": name}
+    return values, kwargs, layer_type
+
+
+def _pending_importance(name: str, frame: WorldFrame) -> LayerData:
+    """One transparent (NaN) cell of one source px at the view's origin, placed by an affine
+    as a result's importance map is (so the result's affine alone places the result)."""
+    transform = frame.image_transform()
+    affine = np.diag([*transform["scale"], 1.0])
+    affine[:2, 2] = transform["translate"]
+    kwargs = {
+        "name": name,
+        "colormap": shared_colormap(SEQUENTIAL_MAP),
+        "blending": "additive",
+        "contrast_limits": (0.0, 1.0),
+        "interpolation2d": "nearest",
+        "units": _units(frame),
+        "affine": affine,
+    }
+    return _pending((np.full((1, 1), np.nan, dtype=np.float32), kwargs, "image"))
+
+
+def pending_topk_layers(
+    view_frames: dict[str, WorldFrame], laterality: str | None = None
+) -> list[LayerData]:
+    """Empty, invisible TopK layers for the CC and MLO views in ``view_frames``, in the order
+    and under the names (plus ``PENDING_SUFFIX``) of :func:`readable_topk_layers`.
+
+    Each shapes layer holds one box of one source px at its view's origin; the labels
+    layer's label is rank ``GLYPH_RANKS[0]`` (``_event_turns.show_glyphs`` shows the next
+    ones), so napari renders the glyphs of rank labels before any result.
+    """
+    prefix = f"TopK {laterality}" if laterality else "TopK"
+    views = [view for view in ("CC", "MLO") if view in view_frames]
+    layers = [
+        _pending_importance(f"{prefix} importance {view}", view_frames[view]) for view in views
+    ]
+    for view in views:
+        boxes = boxes_layer(
+            np.array([[0.0, 0.0, 1.0, 1.0]]),
+            [GLYPHS_SCORE],
+            view_frames[view],
+            name=f"{prefix} boxes {view}",
+            edge_color=TOPK_BOX_COLOR,
+            text_format=TOPK_BOX_TEXT,
+            ranks=[GLYPH_RANKS[0]],
+        )
+        hidden_text = {**boxes[1], "text": {**boxes[1]["text"], "visible": False}}
+        layers.append(_pending(_rim_layer(boxes)))
+        layers.append(_pending((boxes[0], hidden_text, "shapes")))
+        layers.append(_pending(_labels_layer(boxes, view_frames[view])))
     return layers

@@ -5,6 +5,11 @@ the usual four-view layout with the chest walls facing (see :mod:`._mammo_hangin
 chest-wall side is measured off the GUI thread), and "Reset window" puts every mammogram
 back on its DICOM VOI window (the display pipeline maps that window to 0..1). K's maximum
 follows the chosen model's candidate patches. Ctrl+Enter runs.
+
+The result layers of the chosen pair (importance maps, box rims, boxes, labels on both views)
+are added empty and invisible as soon as the CC and MLO are chosen, one per event-loop turn
+(``_mammo_layers.pending_topk_layers``): adding a napari layer holds the GUI thread 0.2 - 0.8 s,
+so a result, first or not, only fills these layers (one per turn) and adds none.
 """
 
 from __future__ import annotations
@@ -15,9 +20,21 @@ from typing import Any
 from magicgui.widgets import ComboBox, Container, PushButton, SpinBox, TextEdit
 
 from napari_medvl._colorbar import ColorBar
-from napari_medvl._layers import MAMMOGRAM_KIND, WorldFrame
+from napari_medvl._event_turns import (
+    GLYPH_RANKS,
+    import_in_background,
+    later,
+    show_glyphs,
+    viewer_open,
+    when_ready,
+)
+from napari_medvl._layers import MAMMOGRAM_KIND, LayerData, WorldFrame
 from napari_medvl._mammo_hanging import hang_views
-from napari_medvl._mammo_layers import readable_topk_layers
+from napari_medvl._mammo_layers import (
+    TOPK_PENDING_KIND,
+    pending_topk_layers,
+    readable_topk_layers,
+)
 from napari_medvl._model_picker import ModelPicker
 from napari_medvl._notify import report_error
 from napari_medvl._progress import Progress
@@ -28,6 +45,7 @@ __all__ = ["DEFAULT_MODEL", "TopKWidget"]
 
 DEFAULT_MODEL = "topksiglip-demo"
 _K_LIMIT_UNKNOWN = 256
+PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
 
 
 def _measure_sides(
@@ -90,7 +108,10 @@ class TopKWidget(Container):
         )
         self.colorbar = ColorBar()
         self.native.layout().addWidget(self.colorbar)
-        self._pending: list[Any] = []
+        self._pandas = import_in_background("pandas")  # napari's shapes layers need it
+        self._queued: list[LayerData] = []  # result data waiting for its turn
+        self._preparing: list[LayerData] = []  # pending layers waiting for their turn
+        self._adding_pending = False  # one chain of turns adds them, however often prepared
         self.last_outcome: TopKOutcome | None = None
         self.outcomes: dict[str | None, TopKOutcome] = {}
         self.runner = self.controls.bind(self._show_outcome)
@@ -102,11 +123,14 @@ class TopKWidget(Container):
         self.model.combo.changed.connect(self._model_changed)
         self.voi.changed.connect(self.choose_voi)
         self.cc_choice.changed.connect(self._refresh_voi)
+        self.cc_choice.changed.connect(self._prepare_layers_soon)
+        self.mlo_choice.changed.connect(self._prepare_layers_soon)
         self.controls.bind_run_key(self.run, self.native)
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
         self._refresh_choices()
         self._model_changed()
+        self._prepare_layers_soon()
 
     # --- choices -------------------------------------------------------------------------
     def _mammogram_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
@@ -225,7 +249,7 @@ class TopKWidget(Container):
         }
 
     def _draw(self, outcome: TopKOutcome, frames: dict[str, WorldFrame]) -> None:
-        """Add the outcome's layers: those the worker built when the views have not moved since."""
+        """Fill the outcome's layers: those the worker built when the views have not moved since."""
         if outcome.layers is not None and frames == outcome.request.frames:
             layers = outcome.layers
         else:
@@ -233,25 +257,107 @@ class TopKWidget(Container):
             layers = readable_topk_layers(
                 outcome.result, outcome.breast, frames, outcome.breast.laterality, sources=sources
             )
-        self._pending.extend(layers)
-        if len(self._pending) == len(layers):
-            self._add_next_layer()
+        self._queued.extend(layers)
+        if len(self._queued) == len(layers):
+            self._fill_next_layer()
 
     @property
     def drawing(self) -> bool:
-        """True while result layers are still being added (one per event-loop turn)."""
-        return bool(self._pending)
+        """True while result layers are still being filled (one per event-loop turn)."""
+        return bool(self._queued)
 
-    def _add_next_layer(self) -> None:
-        """Add one pending layer, then let the event loop run before the next: adding a
-        napari layer takes a few hundred ms, eight at once would freeze the viewer."""
-        from qtpy.QtCore import QTimer
-
-        if not self._pending:
+    def _fill_next_layer(self) -> None:
+        """Fill one result layer (its pending layer, renamed, or the same-named layer of an
+        earlier result; added only when neither exists), then let the event loop run before
+        the next one."""
+        if not viewer_open(self._viewer):
+            self._queued.clear()
+        if not self._queued:
             return
-        upsert_layer(self._viewer, self._pending.pop(0))
-        if self._pending:
-            QTimer.singleShot(0, self._add_next_layer)
+        layer_data = self._queued.pop(0)
+        name = layer_data[1]["name"]
+        waiting = self._pending_layer(name)
+        if waiting is not None and name not in self._viewer.layers:
+            waiting.name = name
+        upsert_layer(self._viewer, layer_data)
+        if self._queued:
+            later(self.native, 0, self._fill_next_layer)
+
+    # --- result layers, before any result ----------------------------------------------------
+    def _pending_layer(self, result_name: str) -> Any:
+        """The pending layer that waits for the result layer ``result_name``, or None."""
+        for layer in self._viewer.layers:
+            metadata = layer.metadata
+            if (
+                metadata.get("medvl_kind") == TOPK_PENDING_KIND
+                and metadata.get("result_name") == result_name
+            ):
+                return layer
+        return None
+
+    def _prepare_layers_soon(self, _value: Any = None) -> None:
+        """Add the chosen pair's result layers, empty, over the next event-loop turns."""
+        later(self.native, PREPARE_DELAY_MS, self._prepare_layers)
+
+    def _prepare_layers(self) -> None:
+        cc, mlo = self.cc_choice.value, self.mlo_choice.value
+        if cc is None or mlo is None or cc is mlo:
+            return
+        laterality = cc.metadata.get("laterality") or mlo.metadata.get("laterality")
+        self._preparing = [
+            layer_data
+            for layer_data in pending_topk_layers(self._frames(), laterality)
+            if layer_data[1]["metadata"]["result_name"] not in self._viewer.layers
+            and self._pending_layer(layer_data[1]["metadata"]["result_name"]) is None
+        ]
+        if not self._adding_pending:
+            self._adding_pending = True
+            self._add_next_pending()
+
+    def _add_next_pending(self) -> None:
+        """Add (or take over) one pending layer per event-loop turn; shapes layers wait for
+        pandas, imported in the background. A result queued meanwhile fills what exists and
+        adds the rest itself."""
+        from napari.layers import Layer
+
+        if not self._preparing or self._queued or not viewer_open(self._viewer):
+            self._adding_pending = False
+            return
+        if self._preparing[0][2] == "shapes" and not self._pandas.is_set():
+            when_ready(self.native, self._pandas, self._add_next_pending)
+            return
+        layer_data = self._preparing.pop(0)
+        name = layer_data[1]["metadata"]["result_name"]
+        if name in self._viewer.layers or self._pending_layer(name) is not None:
+            layer = None
+        else:
+            layer = self._take_over_pending(layer_data) or self._viewer.add_layer(
+                Layer.create(*layer_data)
+            )
+        if layer is not None and name.split(" ")[-2] == "labels":
+            show_glyphs(self.native, self._viewer, layer, TOPK_PENDING_KIND, GLYPH_RANKS[1:])
+        later(self.native, 0, self._add_next_pending)
+
+    def _take_over_pending(self, layer_data: LayerData) -> Any:
+        """A pending layer of another pair (never filled) in the same role and view, renamed
+        and moved to this pair's view; None when there is none."""
+        data, kwargs, layer_type = layer_data
+        role = kwargs["metadata"]["result_name"].split(" ")[-2:]
+        for layer in self._viewer.layers:
+            metadata = layer.metadata
+            if (
+                metadata.get("medvl_kind") == TOPK_PENDING_KIND
+                and metadata["result_name"].split(" ")[-2:] == role
+                and type(layer).__name__.lower() == layer_type
+            ):
+                layer.metadata = kwargs["metadata"]
+                layer.name = kwargs["name"]
+                if layer_type == "image":
+                    layer.affine = kwargs["affine"]
+                else:
+                    layer.data = data
+                return layer
+        return None
 
     def _show_outcome(self, outcome: TopKOutcome) -> None:
         from medvl_engine.demo_models import demo_notice_for

@@ -10,7 +10,7 @@ from napari_medvl._job_runner import JobRunner
 from napari_medvl._layers import LayerData
 from napari_medvl._progress import Progress
 
-__all__ = ["JobControls", "layers_of_kind", "upsert_layer"]
+__all__ = ["JobControls", "layers_of_kind", "set_if_changed", "upsert_layer"]
 
 
 def layers_of_kind(viewer: Any, kind: str) -> list[tuple[str, Any]]:
@@ -47,6 +47,43 @@ _IMAGE_SETTINGS = ("affine", "scale", "translate", "colormap", "opacity", "blend
 _SHAPES_SETTINGS = ("edge_width", "edge_color", "face_color", "opacity")
 
 
+def set_if_changed(layer: Any, name: str, value: Any) -> None:
+    """Set ``layer.<name>`` unless it holds ``value`` already: each assignment refreshes the
+    layer on the GUI thread (a new colour map, for one, rebuilds its shader)."""
+    import numpy as np
+
+    current = getattr(layer, name)
+    if name == "colormap":
+        same = current.name == (value if isinstance(value, str) else value.name)
+    elif name in ("edge_color", "face_color"):
+        from napari.utils.colormaps.standardize_color import transform_color
+
+        same = len(current) > 0 and bool(np.allclose(current, transform_color(value)[0]))
+    else:
+        if name == "affine":
+            current = current.affine_matrix
+        try:
+            same = bool(np.all(np.asarray(current) == np.asarray(value)))
+        except (TypeError, ValueError):
+            same = False
+    if not same:
+        setattr(layer, name, value)
+
+
+def _same_text(text: Any, wanted: dict[str, Any]) -> bool:
+    """True when a shapes layer's text already shows ``wanted`` (napari's text dict)."""
+    import numpy as np
+    from napari.utils.colormaps.standardize_color import transform_color
+
+    return (
+        getattr(text.string, "format", None) == wanted.get("string")
+        and bool(np.allclose(text.color.constant, transform_color(wanted.get("color", "k"))[0]))
+        and text.visible == wanted.get("visible", True)
+        and text.anchor == wanted.get("anchor", text.anchor)
+        and text.size == wanted.get("size", text.size)
+    )
+
+
 def _update_in_place(layer: Any, data: Any, kwargs: dict[str, Any], layer_type: str) -> bool:
     """Give ``layer`` the new data and settings; False when this kind must be replaced."""
     import numpy as np
@@ -60,9 +97,9 @@ def _update_in_place(layer: Any, data: Any, kwargs: dict[str, Any], layer_type: 
         layer.data = values
         for key in _IMAGE_SETTINGS:
             if key in kwargs:
-                setattr(layer, key, kwargs[key])
+                set_if_changed(layer, key, kwargs[key])
         if "contrast_limits" in kwargs:
-            layer.contrast_limits = kwargs["contrast_limits"]
+            set_if_changed(layer, "contrast_limits", kwargs["contrast_limits"])
     elif layer_type == "shapes":
         if kwargs.get("shape_type", "rectangle") != "rectangle" or any(
             kind != "rectangle" for kind in layer.shape_type
@@ -77,8 +114,8 @@ def _update_in_place(layer: Any, data: Any, kwargs: dict[str, Any], layer_type: 
             layer.features = kwargs["features"]
         for key in _SHAPES_SETTINGS:
             if key in kwargs:
-                setattr(layer, key, kwargs[key])
-        if "text" in kwargs:
+                set_if_changed(layer, key, kwargs[key])
+        if "text" in kwargs and not _same_text(layer.text, kwargs["text"]):
             layer.text = kwargs["text"]
     else:
         return False

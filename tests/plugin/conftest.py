@@ -63,3 +63,37 @@ def _wait_for_runner(qtbot, runner, timeout_ms: int = 120_000) -> None:
 def wait_for_runner():
     """``wait_for_runner(qtbot, runner, timeout_ms=120_000)`` waits until no job is running."""
     return _wait_for_runner
+
+
+STALL_WORST_MS = 300.0
+STALL_P99_MS = 200.0
+
+
+@pytest.fixture(scope="session")
+def idle_gaps():
+    """``idle_gaps(qtbot)``: a StallProbe of the event loop left idle for one second (the
+    machine's own noise, which the stall bounds allow twice over)."""
+    from napari_medvl._stall_probe import StallProbe
+
+    def _idle_gaps(qtbot):
+        with StallProbe() as idle:
+            qtbot.wait(1000)
+        return idle
+
+    return _idle_gaps
+
+
+@pytest.fixture(scope="session")
+def assert_within_stall_bounds():
+    """``assert_within_stall_bounds(probe, idle, worst_ms=300, p99_ms=200)``: the probe's
+    worst gap and p99 stay under the bounds plus twice the idle loop's (see
+    test_heatmap_widget_stalls.py for how the bounds were measured)."""
+
+    def _assert_within(probe, idle, worst_ms=STALL_WORST_MS, p99_ms=STALL_P99_MS):
+        worst_bound = worst_ms + 2 * idle.worst_ms
+        p99_bound = p99_ms + 2 * idle.percentile_ms(99)
+        message = f"{probe.summary()}; idle: {idle.summary()}"
+        assert probe.worst_ms < worst_bound, message
+        assert probe.percentile_ms(99) < p99_bound, message
+
+    return _assert_within

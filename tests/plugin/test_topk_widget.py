@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from napari.utils.notifications import notification_manager
 
+from napari_medvl._event_turns import GLYPH_RANKS
 from napari_medvl._export_widget import ExportWidget
 from napari_medvl._layers import MAMMOGRAM_GAP_PX
+from napari_medvl._mammo_layers import PENDING_SUFFIX, TOPK_PENDING_KIND
+from napari_medvl._stall_probe import StallProbe
 from napari_medvl._topk_widget import TopKWidget
 
 pytestmark = pytest.mark.gui
@@ -117,7 +120,9 @@ def test_topk_with_a_missing_model_names_it_in_one_sentence(
     wait_for_topk(qtbot, widget)
     messages = [record.message for record in notification_manager.records[before:]]
     assert len(messages) == 1 and "no-such-topk" in messages[0]
-    assert not any(layer.name.startswith("TopK") for layer in viewer.layers)
+    topk = [layer for layer in viewer.layers if layer.name.startswith("TopK")]
+    assert all(layer.metadata["medvl_kind"] == TOPK_PENDING_KIND for layer in topk)  # none filled
+    assert all(layer.opacity == 0.0 for layer in topk)
 
 
 def test_k_box_maximum_follows_the_model_and_the_engine_refuses_more(
@@ -339,28 +344,93 @@ def test_a_second_dicom_window_is_applied_off_the_gui_thread(
     assert widget.controls.status.value.startswith("VOI applied to 2 view(s)")
 
 
-def test_topk_runs_and_results_do_not_stall_the_gui(
+RESULT_LAYERS = [
+    *(f"TopK L importance {view}" for view in ("CC", "MLO")),
+    *(
+        f"TopK L {role} {view}"
+        for view in ("CC", "MLO")
+        for role in ("box rims", "boxes", "labels")
+    ),
+]
+
+
+def _wait_for_waiting_layers(qtbot, viewer) -> list:
+    """The TopK dock's result layers, added empty when it chose the pair; waits until all are
+    there and their labels have shown every glyph of a rank label."""
+    qtbot.waitUntil(lambda: len(viewer.layers) == 2 + len(RESULT_LAYERS), timeout=30_000)
+    waiting = list(viewer.layers)[2:]
+    labels = [layer for layer in waiting if " labels " in layer.name]
+    qtbot.waitUntil(
+        lambda: all(layer.features["rank"][0] == GLYPH_RANKS[-1] for layer in labels),
+        timeout=10_000,
+    )
+    return waiting
+
+
+def test_result_layers_wait_empty_before_the_first_result_and_results_add_none(
     make_napari_viewer, qtbot, mammo_case, tiny_topk, wait_for_topk
 ):
-    from napari_medvl._stall_probe import StallProbe
+    viewer = make_napari_viewer()
+    cc, mlo = _open_views(viewer, mammo_case)
+    widget = TopKWidget(viewer)
+    widget.model.value = str(tiny_topk)
+    waiting = _wait_for_waiting_layers(qtbot, viewer)
+    assert [layer.name for layer in waiting] == [name + PENDING_SUFFIX for name in RESULT_LAYERS]
+    for layer in waiting:  # invisible, and nothing to export
+        assert layer.metadata["medvl_kind"] == TOPK_PENDING_KIND and layer.opacity == 0.0
+    for view, image in (("CC", cc), ("MLO", mlo)):  # each placed on its view
+        importance = viewer.layers[f"TopK L importance {view}{PENDING_SUFFIX}"]
+        assert np.isnan(importance.data).all()
+        np.testing.assert_allclose(importance.data_to_world((0, 0)), image.data_to_world((0, 0)))
 
+    for k in (5, 3):  # a first result and a re-run fill the same layers
+        widget.k.value = k
+        widget.run()
+        wait_for_topk(qtbot, widget)
+        assert widget.runner.last_error is None, widget.runner.last_error
+        assert list(viewer.layers) == [cc, mlo, *waiting]
+        assert [layer.name for layer in waiting] == RESULT_LAYERS
+        assert all(layer.opacity > 0.4 for layer in waiting)
+        result = widget.last_outcome.result
+        boxes = [viewer.layers[f"TopK L boxes {view}"] for view in ("CC", "MLO")]
+        assert sum(len(layer.data) for layer in boxes) == k
+        for layer, view in zip(boxes, ("CC", "MLO"), strict=True):
+            np.testing.assert_array_equal(layer.features["rank"], result.ranks[view])
+            labels = viewer.layers[f"TopK L labels {view}"]
+            assert len(labels.data) == len(layer.data)
+            assert [int(text.split()[0][1:]) for text in labels.text.values] == list(
+                result.ranks[view]
+            )
+        importance = viewer.layers["TopK L importance CC"]
+        assert not np.isnan(importance.data).any()
+        np.testing.assert_allclose(np.unique(importance.data), np.unique(result.importance[:4]))
+
+
+def test_topk_runs_and_results_do_not_stall_the_gui(
+    make_napari_viewer,
+    qtbot,
+    mammo_case,
+    tiny_topk,
+    wait_for_topk,
+    idle_gaps,
+    assert_within_stall_bounds,
+):
     viewer = make_napari_viewer()
     _open_views(viewer, mammo_case)
     widget = TopKWidget(viewer)
     widget.model.value = str(tiny_topk)
     widget.k.value = 8
-    qtbot.wait(200)  # the first draw of the views, outside the probe
-    worst = []
-    for _ in range(2):  # the second run replaces the first run's layers
+    _wait_for_waiting_layers(qtbot, viewer)
+    qtbot.wait(200)  # the first draw of the views and the waiting layers, outside the probe
+    for worst_ms in (300.0, 200.0):  # a first run, then a re-run
+        idle = idle_gaps(qtbot)
         with StallProbe() as probe:
             widget.run()
             wait_for_topk(qtbot, widget)
             qtbot.wait(100)
         assert widget.runner.last_error is None, widget.runner.last_error
-        worst.append(probe.worst_ms)
-    # issue 10 target: 100 ms. Under Xvfb (software rendering, shared cores) adding one napari
-    # layer takes 0.2-0.4 s, and the first shapes layer of a session ~0.7 s (napari sets up
-    # its shapes visual); the layers are added one per event-loop turn. All eight at once
-    # measured 2.7 s on the first run and, removing and re-adding them, 9.3 s on the second.
-    assert worst[0] <= 1000.0, worst
-    assert worst[1] <= 500.0, worst  # a re-run updates its layers in place
+        assert len(viewer.layers) == 2 + len(RESULT_LAYERS)  # filled, none added
+        # issue 10 target: 100 ms. Adding the eight result layers when the result arrived
+        # stalled 0.36 - 2.7 s under Xvfb (0.2 - 0.8 s per napari layer); filling the layers
+        # the dock added when it chose the pair measured 40 - 80 ms on a busy 2-core machine.
+        assert_within_stall_bounds(probe, idle, worst_ms=worst_ms)
