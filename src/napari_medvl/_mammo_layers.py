@@ -215,7 +215,7 @@ def pending_topk_layers(
     """Empty, invisible TopK layers for the CC and MLO views in ``view_frames``, in the order
     and under the names (plus ``PENDING_SUFFIX``) of :func:`readable_topk_layers`.
 
-    Each shapes layer holds one box of one source px at its view's origin; the labels
+    Each shapes layer holds one box of one source px near its view's origin; the labels
     layer's label is rank ``GLYPH_RANKS[0]`` (``_event_turns.show_glyphs`` shows the next
     ones), so napari renders the glyphs of rank labels before any result.
     """
@@ -226,7 +226,7 @@ def pending_topk_layers(
     ]
     for view in views:
         boxes = boxes_layer(
-            np.array([[0.0, 0.0, 1.0, 1.0]]),
+            np.array([[1.0, 1.0, 2.0, 2.0]]),  # inside the view's extent: filling it moves no range
             [GLYPHS_SCORE],
             view_frames[view],
             name=f"{prefix} boxes {view}",
