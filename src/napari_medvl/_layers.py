@@ -302,6 +302,7 @@ def _raster_affine(
 
 
 _MAX_RASTER_PX = 2048
+_CLIP_RASTER_PX = 512
 
 
 def _raster_step(bounds: np.ndarray) -> float:
@@ -363,7 +364,7 @@ def importance_layers(
         bounds = np.asarray(cell_bounds, dtype=np.float64)
         if bounds.shape != (rows + 1,):
             raise ValueError(f"cell_bounds must hold {rows + 1} edges, got shape {bounds.shape}")
-    step = _raster_step(bounds)
+    step = _clip_step(_raster_step(bounds), float(bounds[-1] - bounds[0]))
     low, high = float(np.nanmin(grid)), float(np.nanmax(grid))
     limits = (low, high if high > low else low + 1e-6)  # a flat map shows as no overlay
     layers: list[LayerData] = []
@@ -372,7 +373,13 @@ def importance_layers(
             continue
         frame = view_frames[view]
         row_bounds = bounds[row_lo : row_hi + 1]
-        origin = (float(bounds[0]), float(row_bounds[0]))
+        raster, origin = _clip_to_view(
+            _cell_raster(grid[row_lo:row_hi], row_bounds, bounds, step),
+            (float(bounds[0]), float(row_bounds[0])),
+            step,
+            breast,
+            view,
+        )
         kwargs = {
             "name": f"{name_prefix} {view}",
             "colormap": "inferno",
@@ -388,10 +395,45 @@ def importance_layers(
                 "world_frame": frame.as_dict(),
             },
         }
-        layers.append(
-            (_cell_raster(grid[row_lo:row_hi], row_bounds, bounds, step), kwargs, "image")
-        )
+        layers.append((raster, kwargs, "image"))
     return layers
+
+
+def _clip_step(step: float, span: float) -> float:
+    """``step`` divided by the largest integer that keeps it >= 1 breast px and the raster
+    within ``_CLIP_RASTER_PX`` per axis: clipping to the view then cuts at most one raster px
+    (1 px of a 512 px breast image, 3 px of a 1536 px one)."""
+    divisor = max(1, min(int(step), int(_CLIP_RASTER_PX * step // span)))
+    return step / divisor
+
+
+def _clip_to_view(
+    raster: np.ndarray, origin_xy: tuple[float, float], step: float, breast: Any, view: str
+) -> tuple[np.ndarray, tuple[float, float]]:
+    """The raster pixels [R, C] that lie inside the view's source image, and their origin.
+
+    The breast image pads each view to its slot; that padding maps outside the source image,
+    and a layer reaching past its view widens the viewer's range (a redraw of every layer).
+    Breasts without ``placements`` (the source size) are returned whole.
+    """
+    placement = getattr(breast, "placements", {}).get(view)
+    if placement is None:
+        return raster, origin_xy
+    height, width = placement.source_shape
+    x0, y0, x1, y1 = breast.boxes_from_source(view, [[0.0, 0.0, width, height]])[0]
+    tolerance = 1e-6
+
+    def kept(low: float, high: float, origin: float, count: int) -> tuple[int, int]:
+        first = int(np.ceil((low - origin) / step - tolerance))
+        stop = int(np.floor((high - origin) / step + tolerance))
+        return max(first, 0), min(max(stop, 0), count)
+
+    row_first, row_stop = kept(y0, y1, origin_xy[1], raster.shape[0])
+    col_first, col_stop = kept(x0, x1, origin_xy[0], raster.shape[1])
+    if row_stop <= row_first or col_stop <= col_first:
+        return raster, origin_xy
+    clipped = raster[row_first:row_stop, col_first:col_stop]
+    return clipped, (origin_xy[0] + col_first * step, origin_xy[1] + row_first * step)
 
 
 TOPK_BOX_COLOR = "lime"
