@@ -12,7 +12,9 @@ packages=(xvfb xauth libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-u
 
 have_xcb_libs() {
   command -v ldconfig >/dev/null 2>&1 || return 0
-  ldconfig -p | grep -q libxcb-cursor.so && ldconfig -p | grep -q libxkbcommon-x11.so
+  local libraries  # grep -q would close the pipe early: under pipefail, a false "missing"
+  libraries="$(ldconfig -p)"
+  grep -q libxcb-cursor.so <<<"$libraries" && grep -q libxkbcommon-x11.so <<<"$libraries"
 }
 
 if [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; then

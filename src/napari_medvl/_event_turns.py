@@ -26,6 +26,7 @@ __all__ = [
     "show_glyph_rank",
     "show_glyphs",
     "viewer_open",
+    "when_all_ready",
     "when_ready",
 ]
 
@@ -108,3 +109,11 @@ def show_glyphs(
             GLYPH_STEP_MS,
             lambda: show_glyphs(parent, viewer, layer, pending_kind, ranks[1:]),
         )
+
+
+def when_all_ready(parent: Any, events: list[threading.Event], action: Callable[[], None]) -> None:
+    """Run ``action`` on a later event-loop turn once every event in ``events`` is set."""
+    if all(event.is_set() for event in events):
+        later(parent, 0, action)
+    else:
+        later(parent, IMPORT_POLL_MS, lambda: when_all_ready(parent, events, action))

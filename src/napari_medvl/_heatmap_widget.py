@@ -32,8 +32,10 @@ from napari_medvl._event_turns import (
     import_in_background,
     later,
     show_glyphs,
+    when_all_ready,
     when_ready,
 )
+from napari_medvl._glyph_prerender import prerender_glyphs
 from napari_medvl._heatmap_job import (
     FeatureCache,
     HeatmapOutcome,
@@ -193,6 +195,7 @@ class HeatmapWidget(Container):
             ]
         )
         self.native.layout().addWidget(self.colorbar)
+        self._glyphs = prerender_glyphs(self.native, napari_viewer)  # for the rank labels
         self._fix_sizes()
         self.last_outcome: HeatmapOutcome | None = None
         self._showing_history = False
@@ -383,7 +386,7 @@ class HeatmapWidget(Container):
             self._viewer, key, "image", lambda: pending_image_layer(key, frame, mode, style)
         )
         if self.top_n.value > 0:
-            when_ready(self.native, self._pandas, self._prepare_boxes)
+            when_all_ready(self.native, [self._pandas, self._glyphs], self._prepare_boxes)
 
     def _prepare_boxes(self) -> None:
         bound = self._pending_key()

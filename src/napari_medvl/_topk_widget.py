@@ -26,8 +26,9 @@ from napari_medvl._event_turns import (
     later,
     show_glyphs,
     viewer_open,
-    when_ready,
+    when_all_ready,
 )
+from napari_medvl._glyph_prerender import prerender_glyphs
 from napari_medvl._layers import MAMMOGRAM_KIND, LayerData, WorldFrame
 from napari_medvl._mammo_hanging import hang_views
 from napari_medvl._mammo_layers import (
@@ -109,6 +110,7 @@ class TopKWidget(Container):
         self.colorbar = ColorBar()
         self.native.layout().addWidget(self.colorbar)
         self._pandas = import_in_background("pandas")  # napari's shapes layers need it
+        self._glyphs = prerender_glyphs(self.native, napari_viewer)  # for the rank labels
         self._queued: list[LayerData] = []  # result data waiting for its turn
         self._preparing: list[LayerData] = []  # pending layers waiting for their turn
         self._adding_pending = False  # one chain of turns adds them, however often prepared
@@ -323,8 +325,9 @@ class TopKWidget(Container):
         if not self._preparing or self._queued or not viewer_open(self._viewer):
             self._adding_pending = False
             return
-        if self._preparing[0][2] == "shapes" and not self._pandas.is_set():
-            when_ready(self.native, self._pandas, self._add_next_pending)
+        shapes_need = [self._pandas, self._glyphs]
+        if self._preparing[0][2] == "shapes" and not all(e.is_set() for e in shapes_need):
+            when_all_ready(self.native, shapes_need, self._add_next_pending)
             return
         layer_data = self._preparing.pop(0)
         name = layer_data[1]["metadata"]["result_name"]
