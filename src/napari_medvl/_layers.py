@@ -102,8 +102,11 @@ def slide_frame(mpp: Sequence[float] | None) -> WorldFrame:
     return WorldFrame(scale_y=float(mpp[1]), scale_x=float(mpp[0]), units="um")
 
 
-def slide_layer(slide: Any, name: str | None = None) -> LayerData:
-    """One multiscale RGB image layer over the slide's lazy dask levels.
+def slide_layer(
+    slide: Any, name: str | None = None, levels: Sequence[Any] | None = None
+) -> LayerData:
+    """One multiscale RGB image layer over the slide's lazy dask levels (or ``levels``, the
+    same pixels read another way: see ``_progressive_levels``).
 
     ``slide`` follows medvl_engine.io.slide.Slide (levels (H_l, W_l, 3) uint8,
     mpp (x_um, y_um) or None). The Slide object stays in ``metadata["slide"]``
@@ -111,7 +114,7 @@ def slide_layer(slide: Any, name: str | None = None) -> LayerData:
     """
     frame = slide_frame(slide.mpp)
     path = Path(str(slide.path))
-    levels = list(slide.levels)
+    levels = list(slide.levels if levels is None else levels)
     kwargs: dict[str, Any] = {
         "name": name or path.name,
         "rgb": True,

@@ -99,10 +99,17 @@ def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData
         if kind == "mammogram":
             mammograms.append(opened)
         else:
-            layers.append(slide_layer(opened))
+            layers.append(slide_layer(opened, levels=_display_levels(opened)))
     if mammograms:
         layers.extend(mammogram_layers(mammograms, start_x=_free_x_in_current_viewer()))
     return layers or NULL_LAYER
+
+
+def _display_levels(slide: Any) -> list[Any] | None:
+    """Levels that never decode on the GUI thread (see ``_slide_display``)."""
+    from napari_medvl._slide_display import display_levels
+
+    return display_levels(slide)
 
 
 def _free_x_in_current_viewer() -> float:

@@ -1,5 +1,6 @@
 """GUI-thread stalls while panning a JPEG 2000 slide at level 0, during a first heatmap and
-when a new prompt's result appears.
+when a new prompt's result appears, with napari's default synchronous slicing (the reader's
+progressive levels decode in their worker).
 
 The probe is a 10 ms QTimer recording the longest gap of the Qt event loop. Targets (issue
 10): <= 100 ms worst, <= 50 ms p99, which bench/bench_plugin_stalls.py prints. Under Xvfb the
@@ -24,6 +25,7 @@ import pytest
 from napari_medvl._event_turns import GLYPH_RANKS
 from napari_medvl._heatmap_job import FeatureCache
 from napari_medvl._heatmap_widget import HeatmapWidget
+from napari_medvl._progressive_levels import ProgressiveLevel
 from napari_medvl._stall_probe import StallProbe
 
 pytestmark = pytest.mark.gui
@@ -64,12 +66,14 @@ def _j2k_pyramid(path: Path, size: int = 2048, tile: int = 240) -> Path:
 
 
 @pytest.fixture
-def async_slicing():
+def sync_slicing():
+    """napari's default (synchronous) slicing, whatever the user's settings say: the slide's
+    progressive levels alone keep decoding off the GUI thread."""
     from napari.settings import get_settings
 
     settings = get_settings()
     before = settings.experimental.async_
-    settings.experimental.async_ = True
+    settings.experimental.async_ = False
     yield
     settings.experimental.async_ = before
 
@@ -79,7 +83,7 @@ def test_panning_a_jpeg2000_slide_and_showing_results_do_not_stall(
     qtbot,
     tmp_path,
     medvl_cache,
-    async_slicing,
+    sync_slicing,
     wait_for_runner,
     idle_gaps,
     assert_within_stall_bounds,
@@ -91,6 +95,7 @@ def test_panning_a_jpeg2000_slide_and_showing_results_do_not_stall(
     npe2.PluginManager.instance().discover()
     layer = viewer.open(str(path), plugin="napari-medvl")[0]
     assert len(layer.data) == 3
+    assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
     camera = viewer.scene.camera
     camera.zoom = 2.0  # one screen px per level-0 px (0.5 um/px)
     camera.center = (200.0, 100.0)

@@ -37,6 +37,7 @@ __all__ = [
     "decode_pool",
     "decode_workers",
     "for_each_in_parallel",
+    "serial_decoding",
     "to_rgb",
     "wrap_decode_errors",
 ]
@@ -58,9 +59,27 @@ class PixelSource(Protocol):
     def read(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray: ...
 
 
+_serial = threading.local()
+
+
 def decode_workers() -> int:
-    """Threads that decode tiles of one read (one per core, at least two)."""
+    """Threads that decode tiles of one read (one per core, at least two; one inside
+    :func:`serial_decoding`)."""
+    if getattr(_serial, "on", False):
+        return 1
     return max(2, os.cpu_count() or 2)
+
+
+class serial_decoding:  # noqa: N801 - used as a context manager, like a function
+    """Within this context the current thread decodes a read's tiles itself, one by one,
+    leaving the other cores free (a background reader beside a display that must draw)."""
+
+    def __enter__(self) -> None:
+        self._before = getattr(_serial, "on", False)
+        _serial.on = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        _serial.on = self._before
 
 
 def decode_pool() -> Executor:

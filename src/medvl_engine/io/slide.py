@@ -109,6 +109,11 @@ class Slide:
     def level_count(self) -> int:
         return len(self.levels)
 
+    @property
+    def tile_sizes(self) -> list[tuple[int, int]]:
+        """(rows, cols) of each level's native tiles, finest level first."""
+        return list(self._tile_sizes)
+
     def _axis_downsamples(self, level: int) -> tuple[float, float]:
         width0, height0 = self.level_dimensions[0]
         width, height = self.level_dimensions[level]

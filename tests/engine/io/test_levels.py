@@ -64,3 +64,14 @@ def test_to_rgb_composites_alpha_over_white():
     rgba = np.array([[[200, 100, 0, 255], [200, 100, 0, 0], [0, 0, 0, 128]]], np.uint8)
     assert to_rgb(rgba).tolist() == [[[200, 100, 0], [255, 255, 255], [127, 127, 127]]]
     assert to_rgb(np.array([[5, 9]], np.uint8)).tolist() == [[[5, 5, 5], [9, 9, 9]]]
+
+
+def test_serial_decoding_keeps_a_reads_tiles_on_the_calling_thread_only():
+    from medvl_engine.io._levels import decode_workers, for_each_in_parallel, serial_decoding
+
+    names: list[str] = []
+    with serial_decoding():
+        assert decode_workers() == 1
+        for_each_in_parallel(lambda _: names.append(threading.current_thread().name), range(8))
+    assert set(names) == {threading.current_thread().name} and len(names) == 8
+    assert decode_workers() >= 2  # outside the context: the pool again

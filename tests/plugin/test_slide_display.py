@@ -1,0 +1,61 @@
+"""Slides in the viewer: no level read decodes on the GUI thread, and once the blocks are
+decoded the canvas shows exactly the slide's pixels."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from napari_medvl._progressive_levels import ProgressiveLevel
+
+
+class _GatedLevel:
+    """A level whose reads record their thread and wait for ``gate`` (decoding held back)."""
+
+    def __init__(self, level, threads, gate):
+        self.level, self.threads, self.gate = level, threads, gate
+        self.shape, self.dtype = level.shape, level.dtype
+
+    def __getitem__(self, key):
+        self.threads.append(threading.current_thread().name)
+        self.gate.wait(20)
+        return self.level[key]
+
+
+def _open(viewer, path):
+    import npe2
+
+    npe2.PluginManager.instance().discover()
+    return viewer.open(str(path), plugin="napari-medvl")[0]
+
+
+def test_panning_a_slide_decodes_off_the_gui_thread_and_ends_sharp(
+    make_napari_viewer, qtbot, small_slide
+):
+    viewer = make_napari_viewer(show=True)
+    viewer.window.resize(800, 600)
+    layer = _open(viewer, small_slide.path)
+    assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
+    store = layer.data[0].store
+    qtbot.waitUntil(store.idle, timeout=20000)  # the coarsest level, asked for at open
+    readers: list[str] = []
+    gate = threading.Event()
+    store.levels = [_GatedLevel(level, readers, gate) for level in store.levels]
+    viewer.camera.zoom = 2.0  # level 0, a window at a time
+    for step in range(6):
+        viewer.camera.center = (300.0, 150.0 + 40.0 * step)
+        qtbot.wait(30)
+    assert layer.data_level == 0
+    qtbot.wait(300)
+    preview = viewer.screenshot(canvas_only=True, flash=False)  # decoding held back
+    gate.set()
+    qtbot.waitUntil(store.idle, timeout=20000)
+    qtbot.wait(400)  # the refresh after the last block
+    assert readers and "MainThread" not in readers
+    shown = viewer.screenshot(canvas_only=True, flash=False)
+    layer.data = [np.asarray(level) for level in layer.metadata["slide"].levels]
+    qtbot.wait(300)
+    exact = viewer.screenshot(canvas_only=True, flash=False)
+    assert np.array_equal(shown, exact)
+    assert not np.array_equal(preview, exact)  # the preview was the coarser level
