@@ -92,7 +92,9 @@ def show_glyph_rank(layer: Any, rank: int, pending_kind: str) -> bool:
     once a result has filled the layer (its ``medvl_kind`` is no longer ``pending_kind``)."""
     if layer.metadata.get("medvl_kind") != pending_kind or len(layer.data) != 1:
         return False
-    layer.features = {"rank": [rank], "score": [GLYPHS_SCORE]}
+    features = layer.features.copy()  # other columns (a label's colour) stay
+    features["rank"], features["score"] = [rank], [GLYPHS_SCORE]
+    layer.features = features
     return True
 
 

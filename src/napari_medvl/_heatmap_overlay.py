@@ -84,7 +84,7 @@ def pending_boxes_layer(key: str, frame: Any) -> LayerData:
     """An invisible top-patch layer for overlay ``key``: one box of one level-0 px whose label
     (rank ``GLYPH_RANKS[0]``; ``_event_turns.show_glyphs`` sets the next ones) makes napari
     render the glyphs of rank labels now rather than when the first result's labels appear."""
-    from napari_medvl._layers import RANK_LABEL_COLOR, WorldFrame, boxes_layer
+    from napari_medvl._layers import RANK_LABEL_COLOR, WorldFrame, boxes_layer, rank_label_text
 
     world = frame if isinstance(frame, WorldFrame) else WorldFrame.from_dict(frame or {})
     data, kwargs, layer_type = boxes_layer(
@@ -94,7 +94,9 @@ def pending_boxes_layer(key: str, frame: Any) -> LayerData:
         name="top patches (Run to compute)",
         edge_color=RANK_LABEL_COLOR,
         ranks=[GLYPH_RANKS[0]],
+        extra_features={"label_color": ["white"]},
     )
+    kwargs["text"] = rank_label_text(kwargs["text"]["string"])
     kwargs["opacity"] = 0.0
     kwargs["metadata"].update({"medvl_kind": PENDING_KIND, "overlay_key": key})
     return data, kwargs, layer_type
@@ -186,6 +188,12 @@ def show_overlay(
         image = viewer.add_layer(Layer.create(*layers[0]))
     else:
         _update_image(image, layers[0])
+    if not with_boxes and len(layers) > 1:  # restyled: labels follow the new colours
+        boxes = find_overlay(viewer, key, "shapes")
+        colors = layers[1][1]["features"]["label_color"]
+        if boxes is not None and len(boxes.data) == len(colors):
+            if list(boxes.features.get("label_color", [])) != list(colors):
+                boxes.features = {**boxes.features, "label_color": list(colors)}
     if with_boxes:
         boxes = find_overlay(viewer, key, "shapes")
         if len(layers) > 1 and boxes is None:

@@ -555,19 +555,73 @@ def heatmap_layers(
     layers: list[LayerData] = [(view.data, image_kwargs, "image")]
     if top_patches is not None:
         boxes, scores = top_patches
+        colors = rank_label_colors(boxes, frame, image_kwargs, view.data, opacity)
         layers.append(
             boxes_layer(
-                boxes, scores, frame, name=f"top patches: {label}", edge_color=RANK_LABEL_COLOR
+                boxes,
+                scores,
+                frame,
+                name=f"top patches: {label}",
+                edge_color=RANK_LABEL_COLOR,
+                extra_features={"label_color": colors},
             )
         )
         layers[-1][1]["metadata"]["overlay_key"] = overlay_key
         layers[-1][1]["opacity"] = TOP_PATCH_OPACITY
+        layers[-1][1]["text"] = rank_label_text(layers[-1][1]["text"]["string"])
     return layers
 
 
-# Magenta is in neither shared map (viridis, blue-white-red), so boxes and rank labels stay
-# readable over any cell of the heatmap.
+def rank_label_text(text_format: str) -> dict[str, Any]:
+    """napari text of a top-patch layer: ``text_format``, each label in its ``label_color``."""
+    return {
+        "string": text_format,
+        "color": {"feature": "label_color"},
+        "anchor": "upper_left",
+        "size": RANK_LABEL_SIZE,
+    }
+
+
+_TISSUE_LUMINANCE = 0.75  # H&E under a translucent overlay: a light pink
+
+
+def rank_label_colors(
+    boxes_xyxy: np.ndarray,
+    frame: WorldFrame,
+    image_kwargs: dict[str, Any],
+    grid: np.ndarray,
+    opacity: float,
+) -> list[str]:
+    """ "black" or "white" per box [N, 4] (x0, y0, x1, y1) level-0 px: whichever contrasts
+    with the heatmap cell under the box's centre as drawn (its colour at ``opacity`` over
+    light tissue; relative luminance L = 0.2126 R + 0.7152 G + 0.0722 B, black above 0.5).
+
+    ``grid`` [R, C] is the layer's data and ``image_kwargs`` its scale, translate, contrast
+    limits and colour map; a hidden (NaN) cell or one off the grid counts as tissue.
+    """
+    boxes = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
+    if not len(boxes):
+        return []
+    centres = frame.to_world(np.column_stack([boxes[:, [0, 2]].mean(1), boxes[:, [1, 3]].mean(1)]))
+    scale = np.asarray(image_kwargs["scale"], dtype=np.float64)
+    origin = np.asarray(image_kwargs["translate"], dtype=np.float64) - scale / 2.0
+    cells = np.floor((centres - origin) / scale).astype(np.int64)
+    inside = np.all((cells >= 0) & (cells < np.asarray(grid.shape[:2])), axis=1)
+    values = np.full(len(boxes), np.nan)
+    values[inside] = grid[cells[inside, 0], cells[inside, 1]]
+    low, high = image_kwargs["contrast_limits"]
+    normalised = np.clip((values - low) / (high - low if high > low else 1.0), 0.0, 1.0)
+    rgba = np.asarray(image_kwargs["colormap"].map(np.nan_to_num(normalised)), dtype=np.float64)
+    luminance = rgba[:, :3] @ np.array([0.2126, 0.7152, 0.0722])
+    shown = opacity * luminance + (1.0 - opacity) * _TISSUE_LUMINANCE
+    shown[~np.isfinite(values)] = _TISSUE_LUMINANCE
+    return ["black" if value > 0.5 else "white" for value in shown]
+
+
+# Magenta is in neither shared map (viridis, blue-white-red), so boxes stay visible over any
+# cell of the heatmap; rank labels take black or white by the cell under them.
 RANK_LABEL_COLOR = "magenta"
+RANK_LABEL_SIZE = 11  # text points; each label black or white, whichever its cell contrasts
 TOP_PATCH_OPACITY = 0.7  # napari's default for shapes, stated: a pending layer starts at 0
 
 

@@ -276,3 +276,35 @@ def test_overlay_view_signed_maps_are_diverging_and_symmetric_about_zero():
         overlay_view(grid, "cosine", "none", (0.1, 0.3), OverlayStyle(colormap="gray")).colormap
         == "gray"
     )
+
+
+def test_rank_labels_take_black_or_white_by_the_cell_under_them():
+    """A contrast map (diverging, white at 0): labels over the saturated ends are white, over
+    the pale middle black; napari draws each in its own colour."""
+    from napari.layers import Layer
+
+    from medvl_engine.heatmap import Heatmap
+    from napari_medvl._layers import heatmap_layers, slide_frame
+
+    grid = np.array([[-0.9, 0.0, 0.9, np.nan]], dtype=np.float32)
+    heatmap = Heatmap(
+        grid=grid,
+        scores=grid.ravel(),
+        origin_level0=(0, 0),
+        cell_size_level0=224,
+        scale=(112.0, 112.0),  # 224 level-0 px at 0.5 um/px
+        translate=(56.0, 56.0),
+        units="um",
+        mode="contrast",
+        prompt="tumor - stroma",
+        value_range=(-0.9, 0.9),
+    )
+    boxes = np.array([[224.0 * c, 0.0, 224.0 * (c + 1), 224.0] for c in range(4)])
+    layers = heatmap_layers(
+        heatmap, (boxes, np.array([0.9, 0.5, 0.3, 0.1])), slide_frame((0.5, 0.5)), opacity=0.8
+    )
+    _, kwargs, _ = layers[1]
+    assert list(kwargs["features"]["label_color"]) == ["white", "black", "white", "black"]
+    shapes = Layer.create(*layers[1])
+    colors = np.asarray(shapes.text.color(shapes.features))  # the encoding napari draws with
+    np.testing.assert_allclose(colors[:, :3], [[1, 1, 1], [0, 0, 0], [1, 1, 1], [0, 0, 0]])
