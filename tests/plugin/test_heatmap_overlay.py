@@ -14,6 +14,7 @@ from medvl_engine._colormap import DIVERGING_MAP, SEQUENTIAL_MAP, colormap_lut
 from medvl_engine.demo_models import DEMO_NOTICE
 from napari_medvl._heatmap_job import FeatureCache, HeatmapUpdate
 from napari_medvl._heatmap_widget import TOGGLE_KEY, HeatmapWidget
+from napari_medvl._layers import WorldFrame, rank_label_colors
 
 pytestmark = pytest.mark.gui
 WORKER_TIMEOUT_MS = 120_000
@@ -102,6 +103,25 @@ def test_contrast_uses_the_diverging_map_centred_on_zero_with_a_colour_bar(
     assert "medvl-demo" in bar.details.text() and DEMO_NOTICE in bar.details.text()
     drawn = bar.pixel_colors()
     np.testing.assert_allclose(drawn, np.round(lut[:, :3] * 255), atol=2)
+    # rank labels are black or white by the cell under them, and follow a new colour map
+    boxes = next(layer for layer in viewer.layers if type(layer).__name__ == "Shapes")
+
+    def expected_label_colors():
+        frame = WorldFrame.from_dict(heat.metadata["world_frame"])
+        drawn_as = {
+            "scale": heat.scale,
+            "translate": heat.translate,
+            "contrast_limits": heat.contrast_limits,
+            "colormap": heat.colormap,
+        }
+        top_boxes = heat.metadata["top_patches"][0]
+        return rank_label_colors(top_boxes, frame, drawn_as, heat.data, heat.opacity)
+
+    assert list(boxes.features["label_color"]) == expected_label_colors()
+    widget.colormap.value = "viridis"
+    assert heat.metadata["colormap"] == "viridis"
+    assert list(boxes.features["label_color"]) == expected_label_colors()
+    widget.colormap.value = "auto"
 
     # a cosine map on the same slide is its own layer; a new contrast prompt updates the first
     widget.mode.value = "cosine"
