@@ -69,11 +69,15 @@ class SlideRefresher(QObject):
 
 
 def display_levels(slide: Any) -> list[Any] | None:
-    """``slide``'s levels for napari, decoded off the GUI thread; None without a Qt application
-    (the plain lazy levels are used then)."""
+    """``slide``'s levels for napari, decoded off the GUI thread; None (the plain lazy dask
+    levels) without a Qt application, or when napari's asynchronous slicing is on: napari then
+    decodes off the GUI thread itself, whole dask chunks at a time, and pans the loaded chunks
+    without re-reading (``bench/bench_plugin_stalls.py``: about half the progressive levels'
+    worst pan gap on 2 cores)."""
+    from napari.settings import get_settings
     from qtpy.QtWidgets import QApplication
 
-    if QApplication.instance() is None:
+    if QApplication.instance() is None or get_settings().experimental.async_:
         return None
     refresher = SlideRefresher(slide)
     levels = progressive_levels(slide.levels, slide.tile_sizes, refresher.block_ready)

@@ -97,3 +97,28 @@ def assert_within_stall_bounds():
         assert probe.percentile_ms(99) < p99_bound, message
 
     return _assert_within
+
+
+@pytest.fixture
+def sync_slicing():
+    """napari's default (synchronous) slicing, whatever the user's settings say: the slide's
+    progressive levels alone keep decoding off the GUI thread."""
+    from napari.settings import get_settings
+
+    settings = get_settings()
+    before = settings.experimental.async_
+    settings.experimental.async_ = False
+    yield
+    settings.experimental.async_ = before
+
+
+@pytest.fixture
+def async_slicing():
+    """napari's asynchronous slicing on, for this test only."""
+    from napari.settings import get_settings
+
+    settings = get_settings()
+    before = settings.experimental.async_
+    settings.experimental.async_ = True
+    yield
+    settings.experimental.async_ = before

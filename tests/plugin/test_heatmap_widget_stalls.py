@@ -65,19 +65,6 @@ def _j2k_pyramid(path: Path, size: int = 2048, tile: int = 240) -> Path:
     return path
 
 
-@pytest.fixture
-def sync_slicing():
-    """napari's default (synchronous) slicing, whatever the user's settings say: the slide's
-    progressive levels alone keep decoding off the GUI thread."""
-    from napari.settings import get_settings
-
-    settings = get_settings()
-    before = settings.experimental.async_
-    settings.experimental.async_ = False
-    yield
-    settings.experimental.async_ = before
-
-
 def test_panning_a_jpeg2000_slide_and_showing_results_do_not_stall(
     make_napari_viewer,
     qtbot,

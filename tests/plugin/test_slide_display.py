@@ -31,7 +31,7 @@ def _open(viewer, path):
 
 
 def test_panning_a_slide_decodes_off_the_gui_thread_and_ends_sharp(
-    make_napari_viewer, qtbot, small_slide
+    make_napari_viewer, qtbot, small_slide, sync_slicing
 ):
     viewer = make_napari_viewer(show=True)
     viewer.window.resize(800, 600)
@@ -59,3 +59,11 @@ def test_panning_a_slide_decodes_off_the_gui_thread_and_ends_sharp(
     exact = viewer.screenshot(canvas_only=True, flash=False)
     assert np.array_equal(shown, exact)
     assert not np.array_equal(preview, exact)  # the preview was the coarser level
+
+
+def test_with_napari_async_slicing_the_slide_keeps_its_dask_levels(
+    make_napari_viewer, small_slide, async_slicing
+):
+    viewer = make_napari_viewer()
+    layer = _open(viewer, small_slide.path)
+    assert all(type(level).__module__.startswith("dask") for level in layer.data)
