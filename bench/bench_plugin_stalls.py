@@ -168,13 +168,13 @@ def main() -> None:
         viewer = napari.Viewer(show=True)
         app = QApplication.instance()
         npe2.PluginManager.instance().discover()
-        layer = viewer.open(str(slide_path), plugin="napari-medvl")[0]
-        _settle(app, 1.0)
         probe = StallProbe()
-        progressive = list(layer.data)
-        plain = list(layer.metadata["slide"].levels)
         try:
-            settings.experimental.async_ = False
+            settings.experimental.async_ = False  # the reader gives progressive levels then
+            layer = viewer.open(str(slide_path), plugin="napari-medvl")[0]
+            _settle(app, 1.0)
+            progressive = list(layer.data)
+            plain = list(layer.metadata["slide"].levels)
             layer.data = plain  # napari decodes the window's tiles on the GUI thread
             pan_sync = _pan(viewer, app, probe, (300.0, 200.0), (0.0, 1.0))
             worst_sync = probe.worst_ms
