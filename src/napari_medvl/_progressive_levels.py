@@ -38,6 +38,8 @@ CACHE_BYTES = 768 * 2**20
 """Decoded blocks kept per slide (about 250 blocks of 1024 x 1024 RGB)."""
 MAX_WANTED = 256
 """Blocks waiting for the worker; older requests beyond it are dropped (panned away)."""
+MAX_PREVIEWS = 48
+"""Block previews kept per level (upsampled from the coarser level) until their block arrives."""
 BACKGROUND = 255  # white, as a slide's background and read_region outside the slide
 
 BlockKey = tuple[int, int, int]  # (level, block row, block column)
@@ -232,6 +234,10 @@ class ProgressiveLevel:
         self.dtype = np.dtype(level.dtype)
         self.ndim = len(self.shape)
         self.size = math.prod(self.shape)
+        self.chunks = (*store.block_shapes[index], *self.shape[2:])
+        """The block grid, stated as a zarr array states its chunks: napari widens the view's
+        window to whole blocks and re-reads the level only when a pan leaves them."""
+        self._previews: dict[BlockKey, np.ndarray] = {}
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -245,35 +251,54 @@ class ProgressiveLevel:
         if window is None:
             return np.asarray(self.store.levels[self.index][key])
         y0, y1, x0, x1, channels = window
+        out, _ = self._read(y0, y1, x0, x1)
+        return out[(slice(None), slice(None), *channels)] if channels else out
+
+    def _read(self, y0: int, y1: int, x0: int, x1: int) -> tuple[np.ndarray, bool]:
+        """The window [y1 - y0, x1 - x0, C] and whether it is exact (no preview in it)."""
         out = np.empty((y1 - y0, x1 - x0, *self.shape[2:]), self.dtype)
         rows, cols = self.store.block_shapes[self.index]
         missing: list[BlockKey] = []
         for row in range(y0 // rows, -(-y1 // rows)):
             for col in range(x0 // cols, -(-x1 // cols)):
-                key_ = (self.index, row, col)
-                by0, by1, bx0, bx1 = self.store.bounds(key_)
+                key = (self.index, row, col)
+                by0, by1, bx0, bx1 = self.store.bounds(key)
                 top, bottom, left, right = max(y0, by0), min(y1, by1), max(x0, bx0), min(x1, bx1)
-                target = out[top - y0 : bottom - y0, left - x0 : right - x0]
-                block = self.store.block(key_)
-                if block is not None:
-                    target[...] = block[top - by0 : bottom - by0, left - bx0 : right - bx0]
+                block = self.store.block(key)
+                if block is None:
+                    block = self._block_preview(key)
+                    missing.append(key)
                 else:
-                    target[...] = self._preview(top, bottom, left, right)
-                    missing.append(key_)
+                    self._previews.pop(key, None)
+                out[top - y0 : bottom - y0, left - x0 : right - x0] = block[
+                    top - by0 : bottom - by0, left - bx0 : right - bx0
+                ]
         if missing:
             self.store.request(missing)
-        return out[(slice(None), slice(None), *channels)] if channels else out
+        return out, not missing
 
-    def _preview(self, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
-        """[y1 - y0, x1 - x0, C] from the coarser level, nearest-neighbour (background if none)."""
+    def _block_preview(self, key: BlockKey) -> np.ndarray:
+        """A whole block's preview from the coarser level, kept once the coarser pixels it
+        came from were all decoded (a pan re-reads it as a copy)."""
+        preview = self._previews.get(key)
+        if preview is not None:
+            return preview
+        y0, y1, x0, x1 = self.store.bounds(key)
         shape = (y1 - y0, x1 - x0, *self.shape[2:])
         if self.coarser is None:
             return np.full(shape, BACKGROUND, self.dtype)
         coarse_h, coarse_w = self.coarser.shape[:2]
         rows = _nearest(y0, y1, coarse_h / self.shape[0], coarse_h)
         cols = _nearest(x0, x1, coarse_w / self.shape[1], coarse_w)
-        coarse = self.coarser[int(rows[0]) : int(rows[-1]) + 1, int(cols[0]) : int(cols[-1]) + 1]
-        return np.take(np.take(coarse, rows - rows[0], axis=0), cols - cols[0], axis=1)
+        coarse, exact = self.coarser._read(
+            int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+        )
+        preview = np.take(np.take(coarse, rows - rows[0], axis=0), cols - cols[0], axis=1)
+        if exact:
+            self._previews[key] = preview
+            while len(self._previews) > MAX_PREVIEWS:
+                self._previews.pop(next(iter(self._previews)))
+        return preview
 
 
 def _nearest(start: int, stop: int, scale: float, length: int) -> np.ndarray:

@@ -120,3 +120,10 @@ def test_other_indices_read_the_level_itself(key):
     )()
     levels = progressive_levels([fine_plain, coarse], [(50, 50), (50, 50)])
     np.testing.assert_array_equal(levels[0][key], fine.pixels[key])
+
+
+def test_levels_state_their_blocks_as_chunks_so_napari_reads_whole_blocks():
+    fine, coarse = _pyramid()
+    levels = progressive_levels([fine, coarse], [(50, 50), (25, 25)], block_target_px=100)
+    assert levels[0].chunks == (100, 100, 3) and levels[1].chunks == (100, 100, 3)
+    assert levels[0].shape == (400, 600, 3) and levels[0].dtype == np.uint8

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import dask.array as da
 import numpy as np
 
 from napari_medvl._progressive_levels import ProgressiveLevel
@@ -54,7 +55,10 @@ def test_panning_a_slide_decodes_off_the_gui_thread_and_ends_sharp(
     qtbot.wait(400)  # the refresh after the last block
     assert readers and "MainThread" not in readers
     shown = viewer.screenshot(canvas_only=True, flash=False)
-    layer.data = [np.asarray(level) for level in layer.metadata["slide"].levels]
+    layer.data = [  # the same pixels in memory, in the same blocks (napari reads whole ones)
+        da.from_array(np.asarray(level), chunks=progressive.chunks)
+        for level, progressive in zip(layer.metadata["slide"].levels, layer.data, strict=True)
+    ]
     qtbot.wait(300)
     exact = viewer.screenshot(canvas_only=True, flash=False)
     assert np.array_equal(shown, exact)
