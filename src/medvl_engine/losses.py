@@ -2,10 +2,11 @@
 
 LIMIT (pathology): :func:`weighted_infonce` (Eq. 3-4) and :func:`siglit_loss`
 (Eq. 6, the SigLIT ablation). TopKSigLIP (mammography): :func:`sup_sigmoid_loss`
-(Eq. 5) with its soft target :func:`tabular_similarity`, :func:`soft_dice_loss`
-for ROI supervision, and :func:`clip_contrastive_loss` / :func:`soft_target_contrastive_loss`
-for the contrastive ablations (Table 5). Every function returns a scalar tensor (mean over the
-batch).
+(Eq. 5) with its soft target :func:`tabular_similarity`, :func:`soft_dice_loss` for ROI
+supervision, :func:`roi_pointing_loss` for the patch scorer (not in the paper; for a scorer
+that starts without pretrained weights), and :func:`clip_contrastive_loss` /
+:func:`soft_target_contrastive_loss` for the contrastive ablations (Table 5). Every function
+returns a scalar tensor (mean over the batch).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "sup_sigmoid_loss",
     "tabular_similarity",
     "soft_dice_loss",
+    "roi_pointing_loss",
     "clip_contrastive_loss",
     "soft_target_contrastive_loss",
     "negative_weights",
@@ -158,6 +160,24 @@ def soft_dice_loss(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-6) 
     overlap = (pred * target).sum(dim=1)
     total = pred.sum(dim=1) + target.sum(dim=1)
     return (1.0 - (2.0 * overlap + eps) / (total + eps)).mean()
+
+
+def roi_pointing_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross entropy of the candidate softmax against the ROI cells (pretraining of the scorer).
+
+    ``loss = -mean_b log sum_{n : m_bn = 1} softmax_n(s_b)``: the probability that one draw
+    from ``softmax(s_b)`` (a top-1 Gumbel sample of log w = s) lands in an ROI cell, so it is
+    the Pointing Game's relaxation. logits ``s [B, N]``; target ``m [B, N]`` in {0, 1}, each
+    row with at least one ROI cell.
+    """
+    if logits.shape != target.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and target {tuple(target.shape)} differ")
+    inside = target.bool()
+    if not bool(inside.any(dim=1).all()):
+        raise ValueError("every row of target needs at least one ROI cell")
+    log_probs = F.log_softmax(logits.float(), dim=1)
+    masked = log_probs.masked_fill(~inside, float("-inf"))
+    return -torch.logsumexp(masked, dim=1).mean()
 
 
 def clip_contrastive_loss(

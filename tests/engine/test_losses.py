@@ -10,6 +10,7 @@ import torch
 from medvl_engine.losses import (
     clip_contrastive_loss,
     negative_weights,
+    roi_pointing_loss,
     siglit_loss,
     soft_dice_loss,
     soft_target_contrastive_loss,
@@ -134,6 +135,23 @@ def test_soft_dice_values():
     assert soft_dice_loss(target, target).item() == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ValueError):
         soft_dice_loss(pred, target[:, :2])
+
+
+def test_roi_pointing_loss_against_the_equation():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5)
+    target = torch.tensor([[1, 0, 0, 0, 0], [0, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.float)
+    want = 0.0
+    for b in range(3):
+        weights = [math.exp(v) for v in logits[b].tolist()]
+        inside = sum(w for w, m in zip(weights, target[b].tolist(), strict=True) if m)
+        want += -math.log(inside / sum(weights))
+    assert roi_pointing_loss(logits, target).item() == pytest.approx(want / 3, rel=1e-5)
+    assert roi_pointing_loss(logits[2:], target[2:]).item() == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="at least one ROI cell"):
+        roi_pointing_loss(logits, torch.zeros(3, 5))
+    with pytest.raises(ValueError):
+        roi_pointing_loss(logits, target[:, :2])
 
 
 def test_clip_contrastive_prefers_matching_pairs():

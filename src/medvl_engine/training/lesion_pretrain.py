@@ -18,6 +18,11 @@ training label the tabular target already holds; a secondary finding of a cancer
 as its breast does):
 
     L = L_lesion + lambda * BCE over ROI patches with a known outcome (h_m(f(x_i)), c_i)
+
+:func:`pretrain_scorer_on_roi_cells` then trains the patch scorer (the backbone's first stages
+and the 1x1 scorer head, on whole breast images) so that the candidate softmax puts its mass on
+the ROI cells (:func:`~medvl_engine.losses.roi_pointing_loss`); without it the zero-initialised
+head starts the Sup-sigmoid training picking patches at random.
 """
 
 from __future__ import annotations
@@ -31,14 +36,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from medvl_engine.data.mammo_dataset import MammoDataset
+from medvl_engine.data.mammo_dataset import MammoDataset, collate_breasts
 from medvl_engine.errors import DataError
+from medvl_engine.losses import roi_pointing_loss
 from medvl_engine.models import _convnext
 
 if TYPE_CHECKING:
     from transformers import ConvNextModel
 
-__all__ = ["LesionPatches", "lesion_patches", "pretrain_on_lesion_patches"]
+    from medvl_engine.models.topksiglip import TopKSigLIP
+
+__all__ = [
+    "LesionPatches",
+    "lesion_patches",
+    "pretrain_on_lesion_patches",
+    "pretrain_scorer_on_roi_cells",
+]
 
 _TISSUE_LEVEL = 0.05
 _TISSUE_FRACTION = 0.8
@@ -206,3 +219,61 @@ def _has_both_outcomes(data: LesionPatches) -> bool:
     outcome = data.cancer[data.labels > 0]
     outcome = outcome[~torch.isnan(outcome)]
     return bool((outcome == 1).any() and (outcome == 0).any())
+
+
+def pretrain_scorer_on_roi_cells(
+    model: TopKSigLIP,
+    dataset: MammoDataset,
+    steps: int,
+    lr: float = 1e-3,
+    backbone_lr_scale: float = 1.0,
+    batch_size: int = 8,
+    weight_decay: float = 0.05,
+    seed: int = 0,
+) -> list[float]:
+    """Train the scorer of ``model`` (``importance_logits``: backbone stages 1-3 at
+    ``lr * backbone_lr_scale``, scorer head at ``lr``), in place, on the breasts of ``dataset``
+    that have ROI boxes.
+
+    Each step draws ``batch_size`` such breasts (augmented as in training when the dataset
+    augments: step t reads them as epoch t), scores the G x G candidates ``s [B, N]`` and takes
+    one AdamW step on ``roi_pointing_loss(s, roi_mask [B, N])``. Returns the loss of every step.
+    """
+    with_roi = [i for i in range(len(dataset)) if dataset.records[i].has_roi]
+    if not with_roi:
+        raise DataError(
+            "scorer pretraining needs breasts with ROI boxes; set "
+            "task.scorer_pretrain_steps=0 for this cohort."
+        )
+    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    backbone = [p for p in model.backbone.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": list(model.scorer_head.parameters()), "lr": lr},
+            {"params": backbone, "lr": lr * backbone_lr_scale},
+        ],
+        weight_decay=weight_decay,
+    )
+    was_training = model.training
+    model.train()
+    losses: list[float] = []
+    for step in range(steps):
+        chosen = torch.randint(0, len(with_roi), (batch_size,), generator=generator).tolist()
+        samples = [dataset.sample(with_roi[i], epoch=step) for i in chosen]
+        samples = [sample for sample in samples if sample.has_roi]  # an ROI cropped away
+        if not samples:
+            continue
+        batch = collate_breasts(samples)
+        logits = model.importance_logits(batch["images"].to(device))
+        target = batch["roi_mask"].to(device).flatten(1)
+        loss = roi_pointing_loss(logits, target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise FloatingPointError("scorer pretraining diverged (non-finite loss); lower its lr.")
+        losses.append(value)
+    model.train(was_training)
+    return losses

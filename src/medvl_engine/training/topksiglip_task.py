@@ -43,6 +43,7 @@ from medvl_engine.data.mammo_reports import normalise_findings, parsed_report
 from medvl_engine.errors import ConfigError
 from medvl_engine.losses import (
     clip_contrastive_loss,
+    roi_pointing_loss,
     soft_dice_loss,
     soft_target_contrastive_loss,
     sup_sigmoid_loss,
@@ -59,6 +60,7 @@ __all__ = [
     "ACTIONS",
     "CONFIG_CLASS",
     "TopKSigLIPTask",
+    "selection_metrics",
     "TopKSigLIPTaskConfig",
     "build_task",
     "report",
@@ -78,6 +80,9 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     target: Literal["tabular", "identity"] = "tabular"  # soft target S, or I
     roi_supervision: bool = True  # Soft Dice on the breasts that have ROI boxes
     dice_weight: float = 5.0
+    # Weight of the ROI pointing loss on the scorer's log w in training (0: none); see
+    # medvl_engine.losses.roi_pointing_loss.
+    pointing_weight: float = 0.0
     manifest: str | None = None  # breast-level CSV/JSONL; None with synthetic_train > 0
     train_split: str = "train"
     eval_split: str = "val"  # read by every evaluation during training; selects best/
@@ -116,6 +121,10 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # Normal patches centred on the brightest spots of each breast without findings (hard
     # negatives), in addition to two random tissue patches per such breast.
     lesion_pretrain_bright_normals: int = 0
+    # Steps of scorer pretraining after it (0: none): the candidate softmax of whole breast
+    # images is pulled onto the ROI cells; the backbone trains at vision_lr_scale of its lr.
+    scorer_pretrain_steps: int = 0
+    scorer_pretrain_lr: float = 1e-3
     vision_lr_scale: float = 1.0  # the ConvNeXt backbone trains at run.lr * vision_lr_scale
     seed: int = 0
     install_as: str | None = None  # registered name whose cache folder receives the final model
@@ -408,6 +417,8 @@ class TopKSigLIPTask:
             )
             if self.config.lesion_pretrain_steps > 0:
                 self._pretrain_backbone(model)
+            if self.config.scorer_pretrain_steps > 0:
+                self._pretrain_scorer(model)
         self._tokenizer = model.tokenizer
         return model
 
@@ -459,6 +470,28 @@ class TopKSigLIPTask:
             self.progress(
                 f"lesion pretraining: BCE {sum(losses[:20]) / len(losses[:20]):.3f} -> "
                 f"{self.lesion_pretrain_loss:.3f} (mean of the first / last 20 steps)"
+            )
+
+    def _pretrain_scorer(self, model: TopKSigLIP) -> None:
+        """Scorer pretraining on the ROI cells of the train split's breasts."""
+        from medvl_engine.training.lesion_pretrain import pretrain_scorer_on_roi_cells
+
+        config = self.config
+        losses = pretrain_scorer_on_roi_cells(
+            model,
+            self._training_set(),
+            config.scorer_pretrain_steps,
+            lr=config.scorer_pretrain_lr,
+            backbone_lr_scale=config.vision_lr_scale,
+            batch_size=config.batch_size,
+            seed=config.seed,
+        )
+        if self.progress is not None and losses:
+            head, tail = losses[:20], losses[-min(len(losses), 20) :]
+            self.progress(
+                f"scorer pretraining: {config.scorer_pretrain_steps} steps, ROI cross entropy "
+                f"{sum(head) / len(head):.3f} -> {sum(tail) / len(tail):.3f} "
+                "(mean of the first / last 20 steps)"
             )
 
     def optimizer_groups(self, model: nn.Module) -> list[dict[str, Any]]:
@@ -545,11 +578,18 @@ class TopKSigLIPTask:
             grid = self.geometry.grid
             predicted = selection_mask(vision.e[has_roi]).view(-1, grid, grid)
             dice = soft_dice_loss(predicted, batch["roi_mask"][has_roi])
-        loss = align + config.dice_weight * dice
+        pointing = align.new_zeros(())
+        if config.pointing_weight > 0 and vision.log_weights is not None and bool(has_roi.any()):
+            pointing = roi_pointing_loss(
+                vision.log_weights[has_roi], batch["roi_mask"][has_roi].flatten(1)
+            )
+        loss = align + config.dice_weight * dice + config.pointing_weight * pointing
+        terms = {"pointing": pointing.detach()} if config.pointing_weight > 0 else {}
         return {
             "loss": loss,
             "sup_sigmoid" if config.objective == "sigmoid" else "contrastive": align.detach(),
             "dice": dice.detach(),
+            **terms,
             "tau": torch.tensor(inner.tau()),
             "logit_scale": inner.logit_scale.detach(),
         }
@@ -583,11 +623,13 @@ class TopKSigLIPTask:
 
     def merge_evaluation(self, parts: list[Any]) -> dict[str, float]:
         """Validation metrics over every rank's breasts: zero-shot AUROCs, k sweep
-        (``<metric>@k<k>``) and localisation. Never reads the test split."""
+        (``<metric>@k<k>``), localisation and :func:`selection_metrics`. Never reads the
+        test split."""
         from medvl_engine.evaluation.mammography import ReadoutTable, readout_metrics
 
         tables = [part for part in parts if part is not None and len(part)]
         metrics = readout_metrics(ReadoutTable.concat(tables)) if tables else {}
+        metrics.update(selection_metrics(metrics))
         self.last_metrics = metrics
         if self.progress is not None and metrics:
             shown = ("auroc_cancer", "auroc_findings_avg", "pointing_game")
@@ -606,6 +648,17 @@ class TopKSigLIPTask:
             from medvl_engine.encoders.resolve import registered_model_dir
 
             save_topksiglip(_topksiglip_of(model), registered_model_dir(self.config.install_as))
+
+
+def selection_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Metrics that weigh detection and localisation together, for ``run.select_metric``.
+
+    ``cancer_pointing_mean = (auroc_cancer + pointing_game) / 2``, present when both are
+    (a model chosen on the cancer AUROC alone may point at the wrong spot).
+    """
+    if "auroc_cancer" in metrics and "pointing_game" in metrics:
+        return {"cancer_pointing_mean": (metrics["auroc_cancer"] + metrics["pointing_game"]) / 2}
+    return {}
 
 
 def build_task(task_config: TopKSigLIPTaskConfig, run_config: RunConfig) -> TopKSigLIPTask:

@@ -24,6 +24,7 @@ from medvl_engine.training.topksiglip_task import (
     TopKSigLIPTask,
     TopKSigLIPTaskConfig,
     build_task,
+    selection_metrics,
     shuffle_sentences,
 )
 
@@ -78,6 +79,48 @@ def test_loss_settings_give_the_recorded_loss_values(
     assert losses["dice"].item() == pytest.approx(0.9180957, rel=1e-5)
     assert losses["loss"].item() == pytest.approx(total, rel=1e-5)
     assert not hasattr(model.config, "objective")  # a training setting, not the model's
+
+
+def test_pointing_weight_adds_the_roi_pointing_loss_of_the_scorer(tmp_path, tiny_topk_values):
+    from medvl_engine.losses import roi_pointing_loss
+
+    losses = {}
+    for weight in (0.0, 2.0):
+        config = TopKSigLIPTaskConfig(**tiny_topk_values(), pointing_weight=weight)
+        task = TopKSigLIPTask(
+            config, RunConfig(out_dir=str(tmp_path / "run"), progress=False), read_train_val=False
+        )
+        torch.manual_seed(0)
+        model = build_topksiglip(config.model_config(), work_dir=tmp_path / "tok").train()
+        with torch.no_grad():  # a scorer that is not constant, so the term is not ln(N / |ROI|)
+            model.scorer_head.weight.normal_(generator=torch.Generator().manual_seed(3))
+        roi = torch.zeros(2, 8, 8)
+        roi[0, 2:4, 3:5] = 1
+        batch = {
+            "images": torch.rand(2, 1, 256, 256, generator=torch.Generator().manual_seed(1)),
+            **model.tokenize(["mass", "no finding"]),
+            "attributes": torch.tensor([[1, 0, 1, 0, 1], [0, 1, 0, 1, 0.0]]),
+            "has_roi": torch.tensor([True, False]),
+            "roi_mask": roi,
+        }
+        torch.manual_seed(2)
+        losses[weight] = task.compute_losses(model, batch)
+        with torch.no_grad():
+            want = roi_pointing_loss(
+                model.importance_logits(batch["images"][:1]), roi[:1].flatten(1)
+            )
+    assert "pointing" not in losses[0.0]
+    assert losses[2.0]["pointing"].item() == pytest.approx(want.item(), rel=1e-5)
+    assert losses[2.0]["loss"].item() == pytest.approx(
+        losses[0.0]["loss"].item() + 2.0 * want.item(), rel=1e-5
+    )
+
+
+def test_selection_metric_weighs_cancer_auroc_and_pointing_game_equally():
+    assert selection_metrics({"auroc_cancer": 0.9, "pointing_game": 0.7}) == {
+        "cancer_pointing_mean": pytest.approx(0.8)
+    }
+    assert selection_metrics({"auroc_cancer": 0.9}) == {}  # no breast with an ROI
 
 
 def test_shuffle_sentences_keeps_every_sentence():
