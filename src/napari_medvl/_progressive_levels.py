@@ -38,6 +38,8 @@ CACHE_BYTES = 768 * 2**20
 """Decoded blocks kept per slide (about 250 blocks of 1024 x 1024 RGB)."""
 MAX_WANTED = 256
 """Blocks waiting for the worker; older requests beyond it are dropped (panned away)."""
+WORKER_IDLE_EXIT_S = 20.0
+"""An idle worker ends after this long, so a closed slide's store (and its cache) is freed."""
 MAX_PREVIEWS = 48
 """Block previews kept per level (upsampled from the coarser level) until their block arrives."""
 BACKGROUND = 255  # white, as a slide's background and read_region outside the slide
@@ -70,6 +72,7 @@ class BlockStore:
         self.block_shapes = [tuple(int(v) for v in shape) for shape in block_shapes]
         self.on_block = on_block
         self.budget_bytes = int(budget_bytes)
+        self.idle_exit_s = WORKER_IDLE_EXIT_S
         self._blocks: OrderedDict[BlockKey, np.ndarray] = OrderedDict()
         self._bytes = 0
         self._wanted: OrderedDict[BlockKey, None] = OrderedDict()
@@ -158,7 +161,9 @@ class BlockStore:
         while True:
             with self._changed:
                 while not self._wanted and not self._closed:
-                    self._changed.wait()
+                    if not self._changed.wait(self.idle_exit_s):
+                        self._thread = None  # idle: the next request starts another
+                        return
                 if self._closed:
                     return
                 key, _ = self._wanted.popitem(last=True)

@@ -127,3 +127,27 @@ def test_levels_state_their_blocks_as_chunks_so_napari_reads_whole_blocks():
     levels = progressive_levels([fine, coarse], [(50, 50), (25, 25)], block_target_px=100)
     assert levels[0].chunks == (100, 100, 3) and levels[1].chunks == (100, 100, 3)
     assert levels[0].shape == (400, 600, 3) and levels[0].dtype == np.uint8
+
+
+def test_an_idle_worker_ends_so_a_closed_slides_blocks_are_freed():
+    import gc
+    import weakref
+
+    fine, coarse = _pyramid()
+    store = BlockStore([fine, coarse], [(100, 100), (100, 100)])
+    store.idle_exit_s = 0.2
+    before = set(threading.enumerate())
+    store.request([(0, 0, 0)])
+    (worker,) = set(threading.enumerate()) - before
+    assert store.wait_idle(10)
+    worker.join(5)
+    assert not worker.is_alive(), "the idle worker did not end"
+    store.request([(0, 1, 1)])  # a new request starts a worker again
+    assert store.wait_idle(10) and store.block((0, 1, 1)) is not None
+    freed = weakref.ref(store)
+    del store
+    deadline = time.monotonic() + 5
+    while freed() is not None:
+        assert time.monotonic() < deadline, "the store (its cache) was kept alive"
+        gc.collect()
+        time.sleep(0.05)
