@@ -201,15 +201,20 @@ def pretrain_on_lesion_patches(
                 loss = loss + malignancy_weight * F.binary_cross_entropy_with_logits(
                     logits[rated, 1], outcome[rated]
                 )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise FloatingPointError("lesion pretraining diverged (non-finite loss); lower its lr.")
-        losses.append(value)
+        losses.append(_optimizer_step(optimizer, loss, "lesion pretraining"))
     backbone.train(was_training)
     return losses
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, stage: str) -> float:
+    """One step on ``loss``; its value, or one sentence when it is not finite."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise FloatingPointError(f"{stage} diverged (non-finite loss); lower its lr.")
+    return value
 
 
 def _has_both_outcomes(data: LesionPatches) -> bool:
@@ -268,12 +273,6 @@ def pretrain_scorer_on_roi_cells(
         logits = model.importance_logits(batch["images"].to(device))
         target = batch["roi_mask"].to(device).flatten(1)
         loss = roi_pointing_loss(logits, target)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise FloatingPointError("scorer pretraining diverged (non-finite loss); lower its lr.")
-        losses.append(value)
+        losses.append(_optimizer_step(optimizer, loss, "scorer pretraining"))
     model.train(was_training)
     return losses
