@@ -67,9 +67,15 @@ def write_j2k_pyramid(path: Path, size: int = 4096, tile: int = 240) -> Path:
 
 
 def _settle(app, seconds: float) -> None:
+    """Run the Qt event loop for ``seconds``, as ``app.exec()`` would: ``processEvents`` alone
+    leaves ``deleteLater`` undone (napari's activity spinner then never stops and repaints
+    the window 30 times a second)."""
+    from qtpy.QtCore import QCoreApplication, QEvent
+
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         app.processEvents()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         time.sleep(0.002)
 
 

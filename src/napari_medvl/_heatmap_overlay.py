@@ -22,7 +22,7 @@ import numpy as np
 
 from napari_medvl._event_turns import GLYPH_RANKS, GLYPHS_SCORE
 from napari_medvl._layers import LayerData, heatmap_result_layers
-from napari_medvl._widget_common import set_if_changed
+from napari_medvl._widget_common import one_refresh, set_if_changed
 
 __all__ = [
     "PENDING_KIND",
@@ -132,36 +132,38 @@ def prepare_overlay(viewer: Any, key: str, layer_type: str, build: Any) -> Any:
 def _update_image(layer: Any, layer_data: LayerData) -> None:
     data, kwargs, _ = layer_data
     layer.metadata = kwargs["metadata"]
-    set_if_changed(layer, "scale", kwargs["scale"])
-    set_if_changed(layer, "translate", kwargs["translate"])
-    layer.data = data
     low, high = kwargs["contrast_limits"]
-    layer.contrast_limits_range = (min(low, high), max(low, high))
-    set_if_changed(layer, "contrast_limits", (low, high))
-    if layer.colormap.name != kwargs["colormap"].name:
-        layer.colormap = kwargs["colormap"]
-    set_if_changed(layer, "opacity", kwargs["opacity"])
-    if layer.blending != kwargs["blending"]:
-        layer.blending = kwargs["blending"]
+    with one_refresh(layer):
+        set_if_changed(layer, "scale", kwargs["scale"])
+        set_if_changed(layer, "translate", kwargs["translate"])
+        layer.data = data
+        layer.contrast_limits_range = (min(low, high), max(low, high))
+        set_if_changed(layer, "contrast_limits", (low, high))
+        if layer.colormap.name != kwargs["colormap"].name:
+            layer.colormap = kwargs["colormap"]
+        set_if_changed(layer, "opacity", kwargs["opacity"])
+        if layer.blending != kwargs["blending"]:
+            layer.blending = kwargs["blending"]
     if layer.name != kwargs["name"]:
         layer.name = kwargs["name"]
 
 
 def _update_boxes(layer: Any, layer_data: LayerData) -> None:
-    """Replace a top-patch layer's rectangles, scores and name in place (removing a layer
-    costs napari a full garbage collection on the GUI thread)."""
+    """Replace a top-patch layer's rectangles, scores and name in place, refreshed once
+    (removing a layer costs napari a full garbage collection on the GUI thread)."""
     from napari.utils.colormaps.standardize_color import transform_color
 
     data, kwargs, _ = layer_data
     layer.metadata = kwargs["metadata"]
-    layer.selected_data = set()
-    layer.data = [np.asarray(corners) for corners in data]
-    layer.features = kwargs["features"]  # refreshes the labels
-    edge = transform_color(kwargs["edge_color"])[0]
-    if len(layer.edge_color) and not np.allclose(layer.edge_color, edge):
-        layer.edge_color = kwargs["edge_color"]
-    if "opacity" in kwargs:
-        set_if_changed(layer, "opacity", kwargs["opacity"])
+    with one_refresh(layer):
+        layer.selected_data = set()
+        layer.data = [np.asarray(corners) for corners in data]
+        layer.features = kwargs["features"]  # refreshes the labels
+        edge = transform_color(kwargs["edge_color"])[0]
+        if len(layer.edge_color) and not np.allclose(layer.edge_color, edge):
+            layer.edge_color = kwargs["edge_color"]
+        if "opacity" in kwargs:
+            set_if_changed(layer, "opacity", kwargs["opacity"])
     if layer.name != kwargs["name"]:
         layer.name = kwargs["name"]
 
@@ -172,23 +174,30 @@ def show_overlay(
     frame: Any,
     key: str,
     with_boxes: bool = True,
+    with_image: bool = True,
+    recolor_labels: bool | None = None,
     **style: Any,
 ) -> Any:
-    """Show a heatmap job's outcome as overlay ``key``: update its layer or add it once.
+    """Show a heatmap job's outcome as overlay ``key``: update its layers or add them once.
 
     ``style``: blending, colormap, opacity, threshold (see ``heatmap_layers``). With
-    ``with_boxes`` the overlay's top-patch layer is replaced by the outcome's (removed when
-    the outcome has none). Returns the heatmap image layer.
+    ``with_image`` the heatmap image layer is updated (or added); with ``with_boxes`` the
+    overlay's top-patch layer is replaced by the outcome's (removed when the outcome has
+    none). ``recolor_labels`` (default: when the boxes are kept) gives the kept rank labels
+    the colours that read best on the new map. Returns the heatmap image layer (None when
+    it is neither updated nor there).
     """
     from napari.layers import Layer
 
     layers = heatmap_result_layers(outcome, frame, overlay_key=key, **style)
     image = find_overlay(viewer, key, "image")
-    if image is None:
+    if with_image and image is None:
         image = viewer.add_layer(Layer.create(*layers[0]))
-    else:
+    elif with_image:
         _update_image(image, layers[0])
-    if not with_boxes and len(layers) > 1:  # restyled: labels follow the new colours
+    if recolor_labels is None:
+        recolor_labels = not with_boxes
+    if recolor_labels and len(layers) > 1:
         boxes = find_overlay(viewer, key, "shapes")
         colors = layers[1][1]["features"]["label_color"]
         if boxes is not None and len(boxes.data) == len(colors):
@@ -198,7 +207,8 @@ def show_overlay(
         boxes = find_overlay(viewer, key, "shapes")
         if len(layers) > 1 and boxes is None:
             viewer.add_layer(Layer.create(*layers[1]))
-            viewer.layers.selection.active = image
+            if image is not None:
+                viewer.layers.selection.active = image
         elif len(layers) > 1:
             _update_boxes(boxes, layers[1])
         elif boxes is not None:

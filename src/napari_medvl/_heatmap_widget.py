@@ -203,6 +203,8 @@ class HeatmapWidget(Container):
         self.runner.on_partial = self._show_partial
         self.runner.on_error = self._show_error
         self.runner.after_progress = self._show_progress
+        self._finishing: tuple[HeatmapOutcome, Any] | None = None
+        self.runner.displaying = lambda: self._finishing is not None
         self.controls.run_button.changed.connect(self.run)
         self.controls.cancel_button.changed.connect(self._cancelled)
         self.prompts.native.returnPressed.connect(self.run)
@@ -406,7 +408,14 @@ class HeatmapWidget(Container):
     def _frame_of(self, layer: Any) -> Any:
         return layer.metadata["world_frame"] if layer is not None else None
 
-    def _show(self, outcome: HeatmapOutcome, layer: Any, with_boxes: bool) -> Any:
+    def _show(
+        self,
+        outcome: HeatmapOutcome,
+        layer: Any,
+        with_boxes: bool,
+        with_image: bool = True,
+        recolor_labels: bool | None = None,
+    ) -> Any:
         slide_path = layer.metadata.get("path", "") if layer is not None else ""
         key = overlay_key(slide_path, outcome.request.mode)
         image = show_overlay(
@@ -415,9 +424,12 @@ class HeatmapWidget(Container):
             self._frame_of(layer),
             key,
             with_boxes=with_boxes,
+            with_image=with_image,
+            recolor_labels=recolor_labels,
             **self.style(),
         )
-        self.colorbar.show_layer(image.metadata, image.contrast_limits)
+        if with_image:
+            self.colorbar.show_layer(image.metadata, image.contrast_limits)
         return image
 
     def _slide_layer_for(self, outcome: HeatmapOutcome) -> Any:
@@ -432,9 +444,23 @@ class HeatmapWidget(Container):
         self._show(update.outcome, self._slide_layer_for(update.outcome), with_boxes=False)
 
     def _show_outcome(self, outcome: HeatmapOutcome) -> None:
+        """Swap the result's map in now and its top patches, history and status in on the
+        next event-loop turn: each turn holds one layer update and one redraw."""
         self.last_outcome = outcome
         layer = self._slide_layer_for(outcome)
-        self._show(outcome, layer, with_boxes=True)
+        self._show(outcome, layer, with_boxes=False, recolor_labels=False)
+        self._finishing = (outcome, layer)
+        later(self.native, 0, self._finish_outcome)
+
+    def _finish_outcome(self) -> None:
+        if self._finishing is None:
+            return
+        outcome, layer = self._finishing
+        self._finishing = None
+        gone = layer is not None and layer not in self._viewer.layers  # or the viewer closed
+        if gone or outcome is not self.last_outcome:
+            return
+        self._show(outcome, layer, with_boxes=True, with_image=False)
         slide_path = layer.metadata.get("path", "") if layer is not None else ""
         entry = self.history.add(slide_path, outcome, self._frame_of(layer))
         self._showing_history = True

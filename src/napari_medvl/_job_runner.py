@@ -43,10 +43,13 @@ class JobRunner:
         self.on_partial: Callable[[Any], None] | None = None
         self.after_progress: Callable[[Progress], None] | None = None
         self.on_error: Callable[[str], None] | None = None
+        self.displaying: Callable[[], bool] | None = None
 
     @property
     def running(self) -> bool:
-        return self.worker is not None
+        """True while a job runs, and while the widget still shows its result (``displaying``
+        says so when a result is drawn over several event-loop turns)."""
+        return self.worker is not None or (self.displaying is not None and self.displaying())
 
     def start(
         self, job: Callable[..., Generator[Progress, None, Any]], *args: Any, **kwargs: Any

@@ -25,9 +25,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, PreTrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from medvl_engine._hf_classes import (
+    AutoConfig,
+    AutoModel,
+    BaseModelOutputWithPooling,
+    PreTrainedConfig,
+    PreTrainedModel,
+)
 from medvl_engine.errors import MissingDependencyError
 
 __all__ = [

@@ -120,8 +120,7 @@ def demo_model_dir() -> Path:
 def minilm_tower(projection: torch.nn.Linear | None = None) -> TextTower:
     """The pretrained MiniLM (mean pooling, normalised) with ``projection`` on top."""
     # BertTokenizerFast: a lazy alias in transformers 5 that its type information leaves out
-    from transformers import BertModel, BertTokenizerFast  # type: ignore[attr-defined]
-
+    from medvl_engine._hf_classes import BertModel, BertTokenizerFast
     from medvl_engine.encoders._folder_checks import folder_errors, load_tokenizer
 
     folder = minilm_folder()

@@ -17,6 +17,7 @@ for models with a text side, tokenizer files. Nothing in it is ever executed:
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -367,24 +368,43 @@ def weights_mismatch(path: Path, missing: list[str], unexpected: list[str]) -> M
     )
 
 
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_saved: tuple[int, bool] | None = None
+
+
 @contextmanager
 def _quiet_transformers() -> Iterator[None]:
-    """Silence transformers' progress bars and load reports; the user gets our one sentence."""
+    """Silence transformers' progress bars and load reports; the user gets our one sentence.
+
+    Counted across threads: the settings come back when the last of several models loading
+    at once (two docks) is done, not when the first one is.
+    """
     try:
-        from transformers.utils import logging as transformers_logging
+        from medvl_engine._hf_classes import transformers_logging
     except ImportError:  # pragma: no cover - transformers is a core dependency
         yield
         return
-    verbosity = transformers_logging.get_verbosity()
-    bars = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
+    global _quiet_depth, _quiet_saved
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _quiet_saved = (
+                transformers_logging.get_verbosity(),
+                transformers_logging.is_progress_bar_enabled(),
+            )
+            transformers_logging.set_verbosity_error()
+            transformers_logging.disable_progress_bar()
+        _quiet_depth += 1
     try:
         yield
     finally:
-        transformers_logging.set_verbosity(verbosity)
-        if bars:
-            transformers_logging.enable_progress_bar()
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0 and _quiet_saved is not None:
+                verbosity, bars = _quiet_saved
+                transformers_logging.set_verbosity(verbosity)
+                if bars:
+                    transformers_logging.enable_progress_bar()
 
 
 @contextmanager

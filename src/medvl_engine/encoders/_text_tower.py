@@ -120,8 +120,7 @@ def load_text_tower(
     (or medvl's CONCH text transformer); nothing the folder ships is imported. Any problem is
     one ModelNotFoundError / UnsafeModelError sentence (see :mod:`._folder_checks`).
     """
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
+    from medvl_engine._hf_classes import AutoConfig, AutoModel, AutoTokenizer
     from medvl_engine.encoders._folder_checks import (
         config_int,
         config_section,

@@ -13,9 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import transformers
-from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
+from medvl_engine._hf_classes import (
+    AutoModel,
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    PreTrainedTokenizerBase,
+    transformers_attribute,
+)
 from medvl_engine.errors import MissingDependencyError
 
 __all__ = [
@@ -53,9 +59,9 @@ def load_bert_tokenizer(name_or_path: str | Path) -> Any:
     settings = Path(source) / "tokenizer_config.json"
     if settings.is_file():
         name = json.loads(settings.read_text(encoding="utf-8")).get("tokenizer_class")
-        tokenizer_class = getattr(transformers, name, None) if isinstance(name, str) else None
+        tokenizer_class = transformers_attribute(name) if isinstance(name, str) else None
         if isinstance(tokenizer_class, type) and issubclass(
-            tokenizer_class, transformers.PreTrainedTokenizerBase
+            tokenizer_class, PreTrainedTokenizerBase
         ):
             return tokenizer_class.from_pretrained(source, trust_remote_code=False)
     return AutoTokenizer.from_pretrained(source, trust_remote_code=False)

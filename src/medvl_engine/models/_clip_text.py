@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
+from medvl_engine._hf_classes import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 from medvl_engine.models._pretrained import load_pretrained
 
 __all__ = [

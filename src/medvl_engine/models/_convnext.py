@@ -7,8 +7,8 @@ with the ImageNet statistics the pretrained weights expect.
 from __future__ import annotations
 
 import torch
-from transformers import ConvNextConfig, ConvNextModel
 
+from medvl_engine._hf_classes import ConvNextConfig, ConvNextModel
 from medvl_engine.errors import ConfigError
 from medvl_engine.models._pretrained import load_pretrained
 

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 from torch import nn
-from transformers import BertConfig
 
 from medvl_engine._atomic import atomic_directory
+from medvl_engine._hf_classes import BertConfig
 from medvl_engine.encoders.resolve import resolve_topksiglip
 from medvl_engine.errors import ModelNotFoundError
 from medvl_engine.models import _bert_text, _clip_text

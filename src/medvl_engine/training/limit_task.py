@@ -169,8 +169,7 @@ def load_trainable_text_tower(spec: str, pooling: str = "mean", max_length: int 
     _make_conch_text_loadable(folder)
     if model_type in _TOWER_FOLDER_TYPES:
         return load_limit_model(folder).text_tower.train()
-    from transformers import AutoModel, AutoTokenizer, CLIPTextModel
-
+    from medvl_engine._hf_classes import AutoModel, AutoTokenizer, CLIPTextModel
     from medvl_engine.encoders._folder_checks import (
         WEIGHTS_NAME,
         check_model_folder,
