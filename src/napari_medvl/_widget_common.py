@@ -127,11 +127,9 @@ def _update_in_place(layer: Any, data: Any, kwargs: dict[str, Any], layer_type: 
         ):
             return False
         with one_refresh(layer):
-            layer.selected_data = set(range(layer.nshapes))
-            layer.remove_selected()
-            if len(data):
-                layer.add_rectangles([np.asarray(shape) for shape in data])
-            layer.selected_data = set()
+            # one replacement (napari re-reads the viewer's extent on each data event: two
+            # here, four for removing the old rectangles and adding the new ones)
+            layer.data = [(np.asarray(shape), "rectangle") for shape in data]
             if "features" in kwargs:
                 layer.features = kwargs["features"]
             for key in _SHAPES_SETTINGS:

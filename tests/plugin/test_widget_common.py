@@ -73,7 +73,7 @@ def test_a_result_updates_each_layer_with_one_refresh(make_napari_viewer):
     assert refreshes == {"map": 1, "boxes": 1}
     np.testing.assert_array_equal(image.data, values)
     assert tuple(image.scale) == (2.0, 2.0) and image.colormap.name == "magma"
-    assert isinstance(boxes, Shapes) and boxes.nshapes == 3
+    assert isinstance(boxes, Shapes) and boxes.shape_type == ["rectangle"] * 3
     assert list(boxes.features["rank"]) == [1, 2, 3]
     # what is drawn is the new data: the slice and the thumbnail follow it
     np.testing.assert_array_equal(np.asarray(image._slice.image.view), values)
