@@ -13,6 +13,7 @@ the slide, one per event-loop turn, so a result only swaps data in (``prepare_ov
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from magicgui.widgets import (
@@ -64,6 +65,8 @@ __all__ = ["BLENDINGS", "HeatmapWidget"]
 
 BLENDINGS = ("translucent", "additive")
 PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
+MODEL_WORK_DELAY_MS = 1500  # the latest start of the background work when no slide is bound
+MODEL_WORK_AFTER_LAYERS_MS = 600
 TOGGLE_KEY = "Control-Shift-H"  # shows / hides the heatmap shown last, from anywhere in napari
 
 
@@ -108,7 +111,14 @@ class HeatmapWidget(Container):
         self.cache = cache if cache is not None else FeatureCache()
         self.history = HeatmapHistory()
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
-        self._pandas = import_in_background("pandas")
+        # Background work (imports, glyphs, the model) starts once the dock and the slide's
+        # overlay layers are on screen: a thread importing torch or loading a model holds the
+        # GIL for 5 ms at a time, and docking or adding a layer calls Python from Qt thousands
+        # of times (0.5 s became 1 s).
+        self._pandas: threading.Event | None = None
+        self._glyphs: threading.Event | None = None
+        self._preload = preload
+        self._model_work_started = False
         self.model = LineEdit(label="model", value="medvl-demo", tooltip=_MODEL_TOOLTIP)
         self.prompts = LineEdit(
             label="prompts",
@@ -195,7 +205,6 @@ class HeatmapWidget(Container):
             ]
         )
         self.native.layout().addWidget(self.colorbar)
-        self._glyphs = prerender_glyphs(self.native, napari_viewer)  # for the rank labels
         self._fix_sizes()
         self.last_outcome: HeatmapOutcome | None = None
         self._showing_history = False
@@ -227,10 +236,26 @@ class HeatmapWidget(Container):
         self._refresh_choices()  # binding a slide prepares its overlay layers
         self._show_notice()
         self.controls.bind_run_key(self.run, self.native)
-        if preload:
+        later(self.native, MODEL_WORK_DELAY_MS, self._start_model_work)
+        napari_viewer.bind_key(TOGGLE_KEY, self.toggle_overlay, overwrite=True)
+
+    def _start_model_work(self) -> None:
+        """Preload the model (``preload``) and import the encoder registry for the model
+        field's tooltip, in background threads; once."""
+        if self._model_work_started:
+            return
+        self._model_work_started = True
+        if self._preload:
             preload_encoder(self.cache, self.model.value.strip() or "medvl-demo")
         when_ready(self.native, import_in_background("medvl_engine.encoders"), self._name_encoders)
-        napari_viewer.bind_key(TOGGLE_KEY, self.toggle_overlay, overwrite=True)
+
+    def _shapes_work(self) -> list[threading.Event]:
+        """pandas (napari imports it for a first shapes layer) and the rank labels' glyphs,
+        made in background threads, started on the first call."""
+        if self._pandas is None or self._glyphs is None:
+            self._pandas = import_in_background("pandas")
+            self._glyphs = prerender_glyphs(self.native, self._viewer)
+        return [self._pandas, self._glyphs]
 
     def _name_encoders(self) -> None:
         self.model.tooltip = _model_tooltip()
@@ -388,11 +413,14 @@ class HeatmapWidget(Container):
             self._viewer, key, "image", lambda: pending_image_layer(key, frame, mode, style)
         )
         if self.top_n.value > 0:
-            when_all_ready(self.native, [self._pandas, self._glyphs], self._prepare_boxes)
+            when_all_ready(self.native, self._shapes_work(), self._prepare_boxes)
+        else:
+            self._start_model_work()
 
     def _prepare_boxes(self) -> None:
         bound = self._pending_key()
         if bound is None:
+            self._start_model_work()
             return
         key, layer = bound
         frame = self._frame_of(layer)
@@ -403,6 +431,8 @@ class HeatmapWidget(Container):
         if image is not None:
             self._viewer.layers.selection.active = image
         show_glyphs(self.native, self._viewer, boxes, PENDING_KIND, GLYPH_RANKS[1:])
+        # after the new layer's first draws (its shaders and glyphs: the longest of them)
+        later(self.native, MODEL_WORK_AFTER_LAYERS_MS, self._start_model_work)
 
     # ----- results
     def _frame_of(self, layer: Any) -> Any:

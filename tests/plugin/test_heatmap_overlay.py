@@ -279,3 +279,29 @@ def test_the_dock_loads_its_model_in_the_background(
     HeatmapWidget(viewer, cache=no_preload, preload=False)
     qtbot.wait(200)
     assert not no_preload.encoders and not no_preload.loading
+
+
+def test_the_dock_starts_background_work_after_the_overlay_layers(
+    make_napari_viewer, qtbot, tmp_path, medvl_cache, small_slide
+):
+    """Docking and adding the overlay layers run with no thread of the dock importing torch
+    or loading the model (such a thread holds the GIL 5 ms at a time, 0.3 s in torch's own
+    import): the model starts loading once both overlay layers are in the viewer."""
+    import threading
+
+    viewer = make_napari_viewer()
+    _open_slide(viewer, small_slide.path)
+    cache = FeatureCache(root=tmp_path / "features")
+    loading_when_added: list[bool] = []
+
+    def layer_added(event) -> None:
+        preloading = any(thread.name == "medvl-preload" for thread in threading.enumerate())
+        loading_when_added.append(preloading or bool(cache.loading or cache.encoders))
+
+    viewer.layers.events.inserted.connect(layer_added)
+    widget = HeatmapWidget(viewer, cache=cache)
+    widget.slide_choice.value = viewer.layers[0]
+    assert not cache.loading and not widget._model_work_started
+    qtbot.waitUntil(lambda: len(viewer.layers) == 3, timeout=WORKER_TIMEOUT_MS)
+    assert loading_when_added == [False, False]  # the heatmap layer, then the boxes layer
+    qtbot.waitUntil(lambda: "medvl-demo" in cache.encoders, timeout=WORKER_TIMEOUT_MS)
