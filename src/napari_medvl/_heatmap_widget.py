@@ -30,6 +30,7 @@ from magicgui.widgets import (
 from napari_medvl._colorbar import ColorBar
 from napari_medvl._event_turns import (
     GLYPH_RANKS,
+    GLYPH_STEP_MS,
     import_in_background,
     later,
     show_glyphs,
@@ -430,9 +431,21 @@ class HeatmapWidget(Container):
         )
         if image is not None:
             self._viewer.layers.selection.active = image
-        show_glyphs(self.native, self._viewer, boxes, PENDING_KIND, GLYPH_RANKS[1:])
+        later(self.native, GLYPH_STEP_MS, lambda: self._show_pending_label(boxes))
         # after the new layer's first draws (its shaders and glyphs: the longest of them)
         later(self.native, MODEL_WORK_AFTER_LAYERS_MS, self._start_model_work)
+
+    def _show_pending_label(self, boxes: Any) -> None:
+        """Show the pending top-patch layer's label (hidden for the layer's first draw), then
+        have it show every glyph a rank label can hold, one draw apart."""
+        if boxes not in self._viewer.layers or boxes.metadata.get("medvl_kind") != PENDING_KIND:
+            return
+        boxes.text.visible = True
+        later(
+            self.native,
+            GLYPH_STEP_MS,
+            lambda: show_glyphs(self.native, self._viewer, boxes, PENDING_KIND, GLYPH_RANKS[1:]),
+        )
 
     # ----- results
     def _frame_of(self, layer: Any) -> Any:

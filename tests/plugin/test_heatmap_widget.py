@@ -180,8 +180,10 @@ def test_overlay_layers_wait_empty_before_run_and_the_first_result_only_fills_th
     np.testing.assert_allclose(image.scale, [0.5, 0.5])
     assert image.units == slide_layer.units
     assert not exportable(image.metadata) and not widget.colorbar.showing
-    # its hidden label has made napari draw every character of a rank label
+    # its label (hidden for the layer's first draw) has made napari draw every character of
+    # a rank label
     qtbot.waitUntil(lambda: boxes.features["rank"][0] == 1023456789, timeout=10_000)
+    assert boxes.text.visible
     assert not exportable(boxes.metadata)
 
     # a mode chosen before any Run takes the waiting layers over: no layer is added
@@ -205,7 +207,7 @@ def test_overlay_layers_wait_empty_before_run_and_the_first_result_only_fills_th
     assert image.data.shape == (4, 6) and np.isfinite(image.data).any()
     np.testing.assert_allclose(image.scale, [112.0, 112.0])
     assert len(boxes.data) == 3 and boxes.opacity == pytest.approx(0.7)
-    assert sorted(boxes.features["rank"]) == [1, 2, 3]
+    assert sorted(boxes.features["rank"]) == [1, 2, 3] and boxes.text.visible
     assert widget.colorbar.showing
 
     # another mode's first result gets its own layer, added when the mode is chosen
