@@ -84,7 +84,7 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
         "lesion_pretrain_lr": 2.0e-3,
         "lesion_pretrain_malignancy": 1.0,
         "lesion_pretrain_bright_normals": 2,
-        "scorer_pretrain_steps": 500,
+        "scorer_pretrain_steps": 1500,
         "scorer_pretrain_lr": 1.0e-3,
         "vision_lr_scale": 0.2,
         "eval_k_sweep": [],
