@@ -13,7 +13,34 @@ from typing import Any
 
 from napari_medvl._progress import Progress, run_with_progress
 
-__all__ = ["TopKRequest", "TopKOutcome", "topk_job", "format_readouts"]
+__all__ = ["TopKRequest", "TopKOutcome", "format_readouts", "preload_topk_model", "topk_job"]
+
+
+def preload_topk_model(
+    models: dict[str, Any], loading: dict[str, threading.Event], name: str
+) -> threading.Thread | None:
+    """Load TopKSigLIP model ``name`` into ``models`` in a background thread, so that a first
+    Run starts at the views; None when it is loaded or loading already. A failure is not
+    reported here: the job then loads the model itself and reports the error sentence."""
+    if name in models or name in loading:
+        return None
+    done = threading.Event()
+    loading[name] = done
+
+    def load() -> None:
+        try:
+            from medvl_engine.models.topksiglip_folder import load_topksiglip
+
+            models[name] = load_topksiglip(name)
+        except Exception:  # reported by the job that loads it again (see above)
+            pass
+        finally:
+            loading.pop(name, None)
+            done.set()
+
+    thread = threading.Thread(target=load, name="medvl-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass(frozen=True)
@@ -40,13 +67,24 @@ class TopKOutcome:
 
 
 def topk_job(
-    request: TopKRequest, models: dict[str, Any], cancel: threading.Event | None = None
+    request: TopKRequest,
+    models: dict[str, Any],
+    loading: dict[str, threading.Event] | None = None,
+    cancel: threading.Event | None = None,
 ) -> Generator[Progress, None, TopKOutcome]:
-    """Generator job: load the model (once), build the breast image, run TopK-Patch."""
+    """Generator job: load the model (once; ``loading`` holds the events of loads already
+    under way, see :func:`preload_topk_model`), build the breast image, run TopK-Patch."""
     from medvl_engine.io.mammo import breast_image
     from medvl_engine.models.topksiglip_folder import load_topksiglip
     from medvl_engine.models.topksiglip_inference import predict_topk
 
+    preloading = (loading or {}).get(request.model)
+    while preloading is not None and not preloading.wait(0.1):
+        if cancel is not None and cancel.is_set():
+            from medvl_engine.errors import CancelledError
+
+            raise CancelledError("The TopK request was cancelled.")
+        yield Progress("loading model")
     model = models.get(request.model)
     if model is None:
         model = yield from run_with_progress(

@@ -14,6 +14,7 @@ so a result, first or not, only fills these layers (one per turn) and adds none.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator
 from typing import Any
 
@@ -39,7 +40,13 @@ from napari_medvl._mammo_layers import (
 from napari_medvl._model_picker import ModelPicker
 from napari_medvl._notify import report_error
 from napari_medvl._progress import Progress
-from napari_medvl._topk_job import TopKOutcome, TopKRequest, format_readouts, topk_job
+from napari_medvl._topk_job import (
+    TopKOutcome,
+    TopKRequest,
+    format_readouts,
+    preload_topk_model,
+    topk_job,
+)
 from napari_medvl._widget_common import JobControls, layers_of_kind, upsert_layer
 
 __all__ = ["DEFAULT_MODEL", "TopKWidget"]
@@ -47,6 +54,7 @@ __all__ = ["DEFAULT_MODEL", "TopKWidget"]
 DEFAULT_MODEL = "topksiglip-demo"
 _K_LIMIT_UNKNOWN = 256
 PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
+MODEL_AFTER_LAYERS_MS = 600  # after the result layers' first draws (their shaders and glyphs)
 
 
 def _measure_sides(
@@ -81,6 +89,7 @@ class TopKWidget(Container):
     def __init__(self, napari_viewer: Any) -> None:
         self._viewer = napari_viewer
         self.models: dict[str, Any] = {}
+        self._loading: dict[str, threading.Event] = {}  # models loading in the background
         self.cc_choice = ComboBox(label="CC", choices=self._mammogram_choices, nullable=True)
         self.mlo_choice = ComboBox(label="MLO", choices=self._mammogram_choices, nullable=True)
         self.model = ModelPicker("topksiglip", DEFAULT_MODEL)
@@ -240,7 +249,7 @@ class TopKWidget(Container):
             self.controls.status.value = f"Refused: {error}"
             report_error(error)
             return None
-        return self.runner.start(topk_job, request, self.models)
+        return self.runner.start(topk_job, request, self.models, self._loading)
 
     def _frames(self) -> dict[str, WorldFrame]:
         """World frames of the chosen CC and MLO layers."""
@@ -323,6 +332,8 @@ class TopKWidget(Container):
         from napari.layers import Layer
 
         if not self._preparing or self._queued or not viewer_open(self._viewer):
+            if self._adding_pending and not self._queued:  # the pair's layers are all there
+                later(self.native, MODEL_AFTER_LAYERS_MS, self._preload_model)
             self._adding_pending = False
             return
         shapes_need = [self._pandas, self._glyphs]
@@ -340,6 +351,14 @@ class TopKWidget(Container):
         if layer is not None and name.split(" ")[-2] == "labels":
             show_glyphs(self.native, self._viewer, layer, TOPK_PENDING_KIND, GLYPH_RANKS[1:])
         later(self.native, 0, self._add_next_pending)
+
+    def _preload_model(self) -> None:
+        """Load the chosen model in the background once the pair's result layers are added
+        and drawn (a thread loading a model holds the GIL in stretches: not while napari adds
+        layers), so that the first Run starts at the views."""
+        if viewer_open(self._viewer) and not self.runner.running:
+            name = self.model.value.strip() or DEFAULT_MODEL
+            preload_topk_model(self.models, self._loading, name)
 
     def _take_over_pending(self, layer_data: LayerData) -> Any:
         """A pending layer of another pair (never filled) in the same role and view, renamed

@@ -434,3 +434,27 @@ def test_topk_runs_and_results_do_not_stall_the_gui(
         # stalled 0.36 - 2.7 s under Xvfb (0.2 - 0.8 s per napari layer); filling the layers
         # the dock added when it chose the pair measured 40 - 80 ms on a busy 2-core machine.
         assert_within_stall_bounds(probe, idle, worst_ms=worst_ms)
+
+
+def test_the_dock_loads_its_model_after_the_result_layers(
+    make_napari_viewer, qtbot, mammo_case, tiny_topk
+):
+    """No model loads while the dock adds the pair's result layers; once they are there the
+    model loads in the background, and a first Run uses it instead of loading its own."""
+    viewer = make_napari_viewer()
+    _open_views(viewer, mammo_case)
+    widget = TopKWidget(viewer)
+    widget.model.value = str(tiny_topk)
+    loading_when_added: list[bool] = []
+    viewer.layers.events.inserted.connect(
+        lambda event: loading_when_added.append(bool(widget._loading or widget.models))
+    )
+    _wait_for_waiting_layers(qtbot, viewer)
+    assert loading_when_added and not any(loading_when_added)
+    qtbot.waitUntil(lambda: str(tiny_topk) in widget.models, timeout=60_000)
+    preloaded = widget.models[str(tiny_topk)]
+    assert not widget._loading and not widget.runner.running  # no job ran
+    widget.run()
+    qtbot.waitUntil(lambda: not widget.runner.running, timeout=60_000)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    assert widget.models[str(tiny_topk)] is preloaded
