@@ -12,8 +12,8 @@ on this display. The first heatmap (features extracted, visible patches first) a
 re-prompt are measured on the progressive levels with synchronous slicing.
 Opening the heatmap dock is measured too: it adds the slide's overlay layers, empty, when it
 binds the slide (a result then only fills them), and only then loads its model in the
-background, measured as a phase of its own (importing torch holds the GIL about 0.25 s in
-one stretch, whichever thread imports it).
+background, measured as a phase of its own (importing torch holds the GIL in one long
+stretch, whichever thread imports it).
 The TopK result display is measured in a second viewer: a synthetic mammogram pair, the
 shipped topksiglip-demo model, K = 5, from Run until the boxes are shown, a first run and a
 re-run; the dock added its result layers, empty, when it chose the pair, and then loaded
