@@ -26,9 +26,12 @@ def test_a_long_status_line_wraps_and_keeps_the_dock_width(make_napari_viewer, q
 
     widget.controls.status.value = LONG_STATUS
     widget.controls.set_notice("demo model trained on synthetic data, not for diagnosis " * 3)
+    status = widget.controls.status.native
+    lines = status.fontMetrics().lineSpacing()
+    # the layout settles within a few event-loop turns (longer on a loaded machine)
+    qtbot.waitUntil(lambda: status.height() >= 2 * lines, timeout=3000)
     qtbot.wait(50)
 
-    status = widget.controls.status.native
     assert status.wordWrap()
     assert dock_widget.width() <= width_before + 2
     assert viewer.window._qt_viewer.canvas.native.width() >= canvas_before - 2

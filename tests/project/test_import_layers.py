@@ -34,6 +34,7 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
         "_console",  # how the commands (medvl, medvl-train, napari-medvl-demo) use the terminal
         "demo_models",
         "_model_label",
+        "_hf_classes",  # the transformers classes, resolved by one thread at a time
     ),
     2: ("io", "tiling"),
     3: ("data",),
