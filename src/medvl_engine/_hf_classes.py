@@ -3,38 +3,41 @@
 transformers resolves ``from transformers import BertModel`` lazily, and two threads doing
 so at once (a dock preloading its text model while another dock's job loads a TopKSigLIP
 model) make one of them fail with "cannot import name 'BertModel' from 'transformers'".
-Python runs this module's imports in one thread while the others wait for the module, so
-engine code that takes its transformers classes from here never resolves them concurrently.
-Importing it imports transformers (1 - 2 s): import it where a model is built or loaded.
+Engine code writes ``from medvl_engine._hf_classes import BertModel``: each name is resolved
+on first use, under one lock, and only the names asked for are imported (importing a model
+family's modules costs tenths of a second). The lock is never held while an engine module
+is imported, so a thread that holds an engine module's import lock while it waits here
+cannot deadlock with the thread inside.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import transformers
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoTokenizer,
-    BertConfig,
-    BertModel,
-    CLIPModel,
-    CLIPTextConfig,
-    CLIPTextModel,
-    CLIPTokenizer,
-    CLIPVisionConfig,
-    ConvNextConfig,
-    ConvNextModel,
-    PreTrainedConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
-from transformers.modeling_outputs import BaseModelOutputWithPooling
-from transformers.utils import logging as transformers_logging
+if TYPE_CHECKING:
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoTokenizer,
+        BertConfig,
+        BertModel,
+        CLIPModel,
+        CLIPTextConfig,
+        CLIPTextModel,
+        CLIPTokenizer,
+        CLIPVisionConfig,
+        ConvNextConfig,
+        ConvNextModel,
+        PreTrainedConfig,
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+    )
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    from transformers.utils import logging as transformers_logging
 
-BertTokenizerFast = transformers.BertTokenizerFast  # type: ignore[attr-defined]
+    BertTokenizerFast: Any
 
 __all__ = [
     "AutoConfig",
@@ -58,11 +61,31 @@ __all__ = [
     "transformers_logging",
 ]
 
-_lookup_lock = threading.Lock()
+_SOURCES: dict[str, tuple[str, str | None]] = {
+    "BaseModelOutputWithPooling": ("transformers.modeling_outputs", "BaseModelOutputWithPooling"),
+    "transformers_logging": ("transformers.utils.logging", None),
+}
+_lock = threading.RLock()
+
+
+def _resolve(module_name: str, attribute: str | None) -> Any:
+    with _lock:
+        module = importlib.import_module(module_name)
+        return module if attribute is None else getattr(module, attribute, None)
 
 
 def transformers_attribute(name: str) -> Any:
-    """``transformers.<name>`` (a class a model folder names), or None; resolved under a lock
-    for the same reason as the names above."""
-    with _lookup_lock:
-        return getattr(transformers, name, None)
+    """``transformers.<name>`` (a class a model folder names), or None; resolved under the
+    same lock as the names above."""
+    return _resolve("transformers", name)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__ or name == "transformers_attribute":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, attribute = _SOURCES.get(name, ("transformers", name))
+    value = _resolve(module_name, attribute)
+    if value is None:
+        raise AttributeError(f"transformers has no {name!r}")
+    globals()[name] = value
+    return value
