@@ -81,7 +81,7 @@ def transformers_attribute(name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__ or name == "transformers_attribute":
+    if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module_name, attribute = _SOURCES.get(name, ("transformers", name))
     value = _resolve(module_name, attribute)

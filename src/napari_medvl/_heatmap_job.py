@@ -25,6 +25,7 @@ from typing import Any
 
 from medvl_engine._cache import cache_dir
 from napari_medvl._partial_features import PartialFeatures, patches_in_view
+from napari_medvl._preload import load_in_background, wait_for_load
 from napari_medvl._progress import Progress, run_with_progress
 
 __all__ = [
@@ -113,31 +114,19 @@ def preload_encoder(cache: FeatureCache, model: str) -> threading.Thread | None:
     """Load encoder ``model`` into ``cache`` in a background thread, and run its text tower
     once (its first call is several times slower), so the first Run starts at the slide.
 
-    Returns the thread, or None when the encoder is loaded or loading already. A failure is
-    not reported here: the job then loads the model itself and reports the error sentence.
+    Returns the thread, or None when the encoder is loaded or loading already (see
+    :func:`._preload.load_in_background`).
     """
-    if model in cache.encoders or model in cache.loading:
-        return None
-    done = threading.Event()
-    cache.loading[model] = done
 
-    def load() -> None:
-        try:
-            # torch is imported here, in the background, not by the caller
-            from medvl_engine.encoders import load_encoder
+    def load() -> Any:
+        # torch is imported here, in the background, not by the caller
+        from medvl_engine.encoders import load_encoder
 
-            encoder = load_encoder(model)
-            encoder.encode_text(["tissue"])
-            cache.encoders[model] = encoder
-        except Exception:  # reported by the job that loads it again (see above)
-            pass
-        finally:
-            cache.loading.pop(model, None)
-            done.set()
+        encoder = load_encoder(model)
+        encoder.encode_text(["tissue"])
+        return encoder
 
-    thread = threading.Thread(target=load, name="medvl-preload", daemon=True)
-    thread.start()
-    return thread
+    return load_in_background(cache.encoders, cache.loading, model, load)
 
 
 def _slide_token(slide: Any) -> str:
@@ -176,10 +165,7 @@ def heatmap_job(
             raise CancelledError("The heatmap request was cancelled.")
 
     yield Progress("loading model")
-    preloading = cache.loading.get(request.model)
-    while preloading is not None and not preloading.wait(0.1):
-        check_cancel()
-        yield Progress("loading model")
+    yield from wait_for_load(cache.loading, request.model, cancel, "heatmap")
     encoder = cache.encoders.get(request.model)
     if encoder is None:
         encoder = yield from run_with_progress(

@@ -113,9 +113,9 @@ class HeatmapWidget(Container):
         self.history = HeatmapHistory()
         self.slide_choice = ComboBox(label="slide", choices=self._slide_choices, nullable=True)
         # Background work (imports, glyphs, the model) starts once the dock and the slide's
-        # overlay layers are on screen: a thread importing torch or loading a model holds the
-        # GIL for 5 ms at a time, and docking or adding a layer calls Python from Qt thousands
-        # of times (0.5 s became 1 s).
+        # overlay layers are on screen: a thread importing torch holds the GIL in one long
+        # stretch (bench/bench_import_gil.py), a thread loading a model 5 ms at a time, and
+        # docking or adding a layer calls Python from Qt thousands of times.
         self._pandas: threading.Event | None = None
         self._glyphs: threading.Event | None = None
         self._preload = preload

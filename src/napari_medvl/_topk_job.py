@@ -11,6 +11,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
+from napari_medvl._preload import load_in_background, wait_for_load
 from napari_medvl._progress import Progress, run_with_progress
 
 __all__ = ["TopKRequest", "TopKOutcome", "format_readouts", "preload_topk_model", "topk_job"]
@@ -20,27 +21,15 @@ def preload_topk_model(
     models: dict[str, Any], loading: dict[str, threading.Event], name: str
 ) -> threading.Thread | None:
     """Load TopKSigLIP model ``name`` into ``models`` in a background thread, so that a first
-    Run starts at the views; None when it is loaded or loading already. A failure is not
-    reported here: the job then loads the model itself and reports the error sentence."""
-    if name in models or name in loading:
-        return None
-    done = threading.Event()
-    loading[name] = done
+    Run starts at the views; None when it is loaded or loading already (see
+    :func:`._preload.load_in_background`)."""
 
-    def load() -> None:
-        try:
-            from medvl_engine.models.topksiglip_folder import load_topksiglip
+    def load() -> Any:
+        from medvl_engine.models.topksiglip_folder import load_topksiglip
 
-            models[name] = load_topksiglip(name)
-        except Exception:  # reported by the job that loads it again (see above)
-            pass
-        finally:
-            loading.pop(name, None)
-            done.set()
+        return load_topksiglip(name)
 
-    thread = threading.Thread(target=load, name="medvl-preload", daemon=True)
-    thread.start()
-    return thread
+    return load_in_background(models, loading, name, load)
 
 
 @dataclass(frozen=True)
@@ -78,13 +67,7 @@ def topk_job(
     from medvl_engine.models.topksiglip_folder import load_topksiglip
     from medvl_engine.models.topksiglip_inference import predict_topk
 
-    preloading = (loading or {}).get(request.model)
-    while preloading is not None and not preloading.wait(0.1):
-        if cancel is not None and cancel.is_set():
-            from medvl_engine.errors import CancelledError
-
-            raise CancelledError("The TopK request was cancelled.")
-        yield Progress("loading model")
+    yield from wait_for_load(loading or {}, request.model, cancel, "TopK")
     model = models.get(request.model)
     if model is None:
         model = yield from run_with_progress(

@@ -197,19 +197,31 @@ def test_pretraining_reports_divergence():
         pretrain_on_lesion_patches(backbone, data, steps=2)
 
 
-def test_task_pretrains_the_backbone_and_trains_it_at_the_scaled_lr(tmp_path, tiny_topk_values):
+def _tiny_task_configs(tmp_path, model_values, run_values=None, **task_values):
+    """(task config, run config) of a TopKSigLIP run on six synthetic training breasts (one
+    epoch, batches of two), with ``task_values`` over the tiny model's ``model_values``."""
     task_config = TopKSigLIPTaskConfig(
-        **tiny_topk_values(tau_anneal_steps=4),
+        **model_values,
         synthetic_train=6,
         synthetic_eval=2,
         synthetic_size=[192, 128],
         synthetic_dir=str(tmp_path.parent / "topk-synthetic"),
         batch_size=2,
-        lesion_pretrain_steps=3,
-        vision_lr_scale=0.25,
+        **task_values,
     )
     run = RunConfig(
-        lr=1e-3, epochs=1, warmup_steps=0, out_dir=str(tmp_path / "run"), progress=False
+        lr=1e-3, epochs=1, out_dir=str(tmp_path / "run"), progress=False, **(run_values or {})
+    )
+    return task_config, run
+
+
+def test_task_pretrains_the_backbone_and_trains_it_at_the_scaled_lr(tmp_path, tiny_topk_values):
+    task_config, run = _tiny_task_configs(
+        tmp_path,
+        tiny_topk_values(tau_anneal_steps=4),
+        {"warmup_steps": 0},
+        lesion_pretrain_steps=3,
+        vision_lr_scale=0.25,
     )
     task = build_task(task_config, run)
     messages: list[str] = []
@@ -279,17 +291,9 @@ def test_scorer_pretraining_needs_roi_boxes(tmp_path, tiny_topk_model):
 
 
 def test_task_pretrains_the_scorer_after_the_backbone(tmp_path, tiny_topk_values):
-    task_config = TopKSigLIPTaskConfig(
-        **tiny_topk_values(),
-        synthetic_train=6,
-        synthetic_eval=2,
-        synthetic_size=[192, 128],
-        synthetic_dir=str(tmp_path.parent / "topk-synthetic"),
-        batch_size=2,
-        lesion_pretrain_steps=2,
-        scorer_pretrain_steps=3,
+    task_config, run = _tiny_task_configs(
+        tmp_path, tiny_topk_values(), lesion_pretrain_steps=2, scorer_pretrain_steps=3
     )
-    run = RunConfig(lr=1e-3, epochs=1, out_dir=str(tmp_path / "run"), progress=False)
     task = build_task(task_config, run)
     messages: list[str] = []
     task.progress = messages.append
