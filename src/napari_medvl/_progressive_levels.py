@@ -32,15 +32,19 @@ __all__ = [
     "progressive_levels",
 ]
 
-BLOCK_TARGET_PX = 1024
-"""Preferred block side (px); a whole number of native tiles, at least one."""
+BLOCK_TARGET_PX = 256
+"""Preferred block side (px); a whole number of native tiles, at least one (one tile for the
+usual 240 / 256 px tiles). napari reads a view widened to whole blocks and uploads it as one
+texture: with one-tile blocks the texture stays near the view's size, which on a software
+renderer halved the worst frames of a pan compared with 1024 px blocks
+(``bench/bench_plugin_stalls.py``)."""
 CACHE_BYTES = 768 * 2**20
-"""Decoded blocks kept per slide (about 250 blocks of 1024 x 1024 RGB)."""
-MAX_WANTED = 256
+"""Decoded blocks kept per slide (about 4,000 blocks of 256 x 256 RGB)."""
+MAX_WANTED = 1024
 """Blocks waiting for the worker; older requests beyond it are dropped (panned away)."""
 WORKER_IDLE_EXIT_S = 20.0
 """An idle worker ends after this long, so a closed slide's store (and its cache) is freed."""
-MAX_PREVIEWS = 48
+MAX_PREVIEWS = 192
 """Block previews kept per level (upsampled from the coarser level) until their block arrives."""
 BACKGROUND = 255  # white, as a slide's background and read_region outside the slide
 

@@ -1,14 +1,16 @@
 """A slide layer's pixels as the viewer reads them: progressive levels that refresh the layer.
 
 The reader gives napari :class:`~napari_medvl._progressive_levels.ProgressiveLevel` levels,
-so no read of a slide window decodes on the GUI thread; each block the worker decodes
-refreshes the slide's layer (on the GUI thread, one refresh however many blocks arrived
-meanwhile), and a tile that cannot be decoded is reported once in one sentence.
+so no read of a slide window decodes on the GUI thread. Decoded blocks refresh the slide's
+layer on the GUI thread once the worker has no block left to decode (the view is complete),
+or ``MAX_REFRESH_WAIT_MS`` after the first block not yet shown when decoding goes on (a pan
+keeps asking for blocks): each refresh re-reads the view and redraws the window, so one
+refresh per finished view instead of one per block keeps a pan's frames to the pan's own.
+A tile that cannot be decoded is reported once in one sentence.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from qtpy.QtCore import QObject, Qt, QTimer, Signal
@@ -16,9 +18,12 @@ from qtpy.QtCore import QObject, Qt, QTimer, Signal
 from napari_medvl._notify import report_error
 from napari_medvl._progressive_levels import BlockStore, progressive_levels
 
-__all__ = ["REFRESH_MS", "SlideRefresher", "display_levels"]
+__all__ = ["MAX_REFRESH_WAIT_MS", "REFRESH_MS", "SlideRefresher", "display_levels"]
 
-REFRESH_MS = 100
+REFRESH_MS = 20
+"""Delay of the refresh once the worker is idle (blocks that arrive together: one refresh)."""
+MAX_REFRESH_WAIT_MS = 400
+"""Longest a decoded block waits to be shown while the worker still decodes others."""
 
 
 class SlideRefresher(QObject):
@@ -30,19 +35,24 @@ class SlideRefresher(QObject):
         super().__init__()
         self.slide = slide
         self.store: BlockStore | None = None
-        self._queued = threading.Event()
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
-        self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._refresh)
-        self._blocks_arrived.connect(self._timer.start, Qt.ConnectionType.QueuedConnection)
+        self._blocks_arrived.connect(self._schedule, Qt.ConnectionType.QueuedConnection)
 
     def block_ready(self) -> None:
-        """From the worker thread: refresh on the GUI thread in ``REFRESH_MS``, once for all
-        blocks that arrive meanwhile (each refresh re-reads the view and redraws)."""
-        if not self._queued.is_set():
-            self._queued.set()
-            self._blocks_arrived.emit()
+        """From the worker thread, after each decoded block: schedule a refresh on the GUI
+        thread (:meth:`_schedule`)."""
+        self._blocks_arrived.emit()
+
+    def _schedule(self) -> None:
+        """A refresh ``REFRESH_MS`` from now when the worker is idle, else at most
+        ``MAX_REFRESH_WAIT_MS`` after the first block not yet shown."""
+        idle = self.store is None or self.store.idle()
+        if idle and (not self._timer.isActive() or self._timer.remainingTime() > REFRESH_MS):
+            self._timer.start(REFRESH_MS)
+        elif not self._timer.isActive():
+            self._timer.start(MAX_REFRESH_WAIT_MS)
 
     def layers(self) -> list[Any]:
         import napari
@@ -55,7 +65,6 @@ class SlideRefresher(QObject):
     def _refresh(self) -> None:
         from medvl_engine.errors import MedVLError
 
-        self._queued.clear()
         error = self.store.take_error() if self.store is not None else None
         if error is not None:
             name = getattr(self.slide.path, "name", str(self.slide.path))

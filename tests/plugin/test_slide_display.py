@@ -4,6 +4,7 @@ decoded the canvas shows exactly the slide's pixels."""
 from __future__ import annotations
 
 import threading
+import time
 
 import dask.array as da
 import numpy as np
@@ -71,3 +72,49 @@ def test_with_napari_async_slicing_the_slide_keeps_its_dask_levels(
     viewer = make_napari_viewer()
     layer = _open(viewer, small_slide.path)
     assert all(type(level).__module__.startswith("dask") for level in layer.data)
+
+
+class _Store:
+    """A block store whose worker is busy until ``busy`` is cleared."""
+
+    def __init__(self):
+        self.busy = True
+
+    def idle(self):
+        return not self.busy
+
+    def take_error(self):
+        return None
+
+
+class _Layer:
+    def __init__(self):
+        self.refreshes = 0
+
+    def refresh(self):
+        self.refreshes += 1
+
+
+def test_blocks_refresh_the_layer_once_the_view_is_decoded(qtbot, monkeypatch):
+    from napari_medvl._slide_display import MAX_REFRESH_WAIT_MS, SlideRefresher
+
+    refresher = SlideRefresher(slide=object())
+    refresher.store = store = _Store()
+    layer = _Layer()
+    monkeypatch.setattr(refresher, "layers", lambda: [layer])
+    for _ in range(5):  # blocks arrive while others are still being decoded
+        refresher.block_ready()
+        qtbot.wait(40)
+    assert layer.refreshes == 0  # no redraw per block
+    store.busy = False
+    refresher.block_ready()  # the last block of the view
+    qtbot.waitUntil(lambda: layer.refreshes == 1, timeout=MAX_REFRESH_WAIT_MS // 2)
+    qtbot.wait(MAX_REFRESH_WAIT_MS + 100)
+    assert layer.refreshes == 1  # one refresh for all of them
+
+    store.busy = True  # a long pan: decoding never stops
+    started = time.perf_counter()
+    refresher.block_ready()
+    qtbot.waitUntil(lambda: layer.refreshes == 2, timeout=MAX_REFRESH_WAIT_MS * 3)
+    waited_ms = (time.perf_counter() - started) * 1e3
+    assert MAX_REFRESH_WAIT_MS * 0.9 <= waited_ms <= MAX_REFRESH_WAIT_MS * 2.5
