@@ -2,11 +2,12 @@
 a first heatmap on it, and a new prompt's result, measured side by side in one run.
 
 A 10 ms QTimer (napari_medvl._stall_probe) records the gaps of the Qt event loop. Panning is
-measured on the same 4096 x 4096 JPEG 2000 SVS (240 px tiles, levels 4096, 1024, 256 px) four
+measured on the same 4096 x 4096 JPEG 2000 SVS (240 px tiles, levels 4096, 1024, 256 px) five
 ways: its dask levels with napari's synchronous slicing (tiles decoded on the GUI thread) and
 with napari's asynchronous slicing (settings.experimental.async_, decoded in napari's slicing
 thread); the plugin's progressive levels, what the reader gives napari (blocks decoded in the
-plugin's worker, the coarser level shown meanwhile; synchronous slicing, napari's default);
+plugin's worker, the coarser level shown meanwhile; synchronous slicing, napari's default),
+also with the 1024 px blocks it used before (napari uploads the view widened to whole blocks);
 and the same pyramid held in memory (no reads, no decoding): the floor that drawing alone sets
 on this display. The first heatmap (features extracted, visible patches first) and a
 re-prompt are measured on the progressive levels with synchronous slicing.
@@ -43,6 +44,10 @@ PAN_STEPS = 40
 PAN_STEP_PX = 120  # screen px per step, about half a tile at level 0
 STEP_MS = 40
 TOPK_K = 5
+ROW_PROGRESSIVE = 1050.0
+"""um: the row the progressive levels and the in-memory copy are panned along (the same
+pixels). Each pan has its own row of the 2,048 um tall slide (250, 650, 1050, 1450 um; a
+view is about 400 um tall), so no pan finds tiles an earlier one decoded."""
 
 
 def write_j2k_pyramid(path: Path, size: int = 4096, tile: int = 240) -> Path:
@@ -99,6 +104,20 @@ def _pan(viewer, app, probe, start_yx, direction) -> str:
     return probe.summary()
 
 
+def _progressive_with_blocks(slide_layer, block_px: int) -> list:
+    """The slide's progressive levels with blocks of about ``block_px`` (a fresh cache)."""
+    from napari_medvl._progressive_levels import progressive_levels
+    from napari_medvl._slide_display import SlideRefresher
+
+    slide = slide_layer.metadata["slide"]
+    refresher = SlideRefresher(slide)
+    levels = progressive_levels(
+        slide.levels, slide.tile_sizes, refresher.block_ready, block_target_px=block_px
+    )
+    refresher.store = levels[0].store
+    return levels
+
+
 def _pan_in_memory(viewer, app, probe, slide_layer) -> tuple[str, float, float]:
     """Pan the slide's pyramid copied into memory (no reads, no decoding): what drawing and
     texture upload alone cost on this display. Returns summary, worst and p99 ms."""
@@ -113,7 +132,7 @@ def _pan_in_memory(viewer, app, probe, slide_layer) -> tuple[str, float, float]:
         units=slide_layer.units,
         name="in-memory copy",
     )
-    summary = _pan(viewer, app, probe, (2300.0, 200.0), (0.0, 1.0))
+    summary = _pan(viewer, app, probe, (ROW_PROGRESSIVE, 200.0), (0.0, 1.0))
     worst, p99 = probe.worst_ms, probe.percentile_ms(99)
     viewer.layers.remove(copy)
     slide_layer.visible = True
@@ -186,15 +205,19 @@ def main() -> None:
             progressive = list(layer.data)
             plain = list(layer.metadata["slide"].levels)
             layer.data = plain  # napari decodes the window's tiles on the GUI thread
-            pan_sync = _pan(viewer, app, probe, (300.0, 200.0), (0.0, 1.0))
+            pan_sync = _pan(viewer, app, probe, (250.0, 200.0), (0.0, 1.0))
             worst_sync = probe.worst_ms
             settings.experimental.async_ = True  # napari decodes in its slicing thread
-            pan_async = _pan(viewer, app, probe, (1300.0, 200.0), (0.0, 1.0))
+            pan_async = _pan(viewer, app, probe, (650.0, 200.0), (0.0, 1.0))
             worst_async = probe.worst_ms
             settings.experimental.async_ = False
             layer.data = progressive  # the plugin's levels: blocks decoded in its worker
-            pan_blocks = _pan(viewer, app, probe, (1800.0, 200.0), (0.0, 1.0))
+            pan_blocks = _pan(viewer, app, probe, (ROW_PROGRESSIVE, 200.0), (0.0, 1.0))
             worst_blocks, p99_blocks = probe.worst_ms, probe.percentile_ms(99)
+            layer.data = _progressive_with_blocks(layer, 1024)  # the earlier block size
+            pan_big_blocks = _pan(viewer, app, probe, (1450.0, 200.0), (0.0, 1.0))
+            worst_big = probe.worst_ms
+            layer.data = progressive
             pan_floor, worst_floor, p99_floor = _pan_in_memory(viewer, app, probe, layer)
 
             viewer.scene.camera.center = (1024.0, 1024.0)
@@ -262,7 +285,10 @@ def main() -> None:
         print(f"pan at level 0, dask levels, sync slicing : {pan_sync}")
         print(f"pan at level 0, dask levels, async slicing: {pan_async}")
         print(f"pan at level 0, plugin's progressive levels (sync slicing): {pan_blocks}")
+        print(f"pan, progressive levels with 1024 px blocks: {pan_big_blocks}")
         print(f"pan, same pyramid held in memory          : {pan_floor}")
+        ratio_big = worst_big / worst_blocks
+        print(f"ratio worst pan stall progressive 1024 px / one-tile blocks: {ratio_big:6.2f}x")
         print(f"ratio worst pan stall dask sync / progressive: {worst_sync / worst_blocks:6.1f}x")
         print(f"ratio worst pan stall progressive / in memory: {worst_blocks / worst_floor:6.1f}x")
         print(f"ratio worst pan stall dask async / in memory : {worst_async / worst_floor:6.1f}x")
