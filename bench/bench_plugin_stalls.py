@@ -10,7 +10,8 @@ plugin's worker, the coarser level shown meanwhile; synchronous slicing, napari'
 also with the 1024 px blocks it used before (napari uploads the view widened to whole blocks);
 and the same pyramid held in memory (no reads, no decoding): the floor that drawing alone sets
 on this display. The first heatmap (features extracted, visible patches first) and a
-re-prompt are measured on the progressive levels with synchronous slicing.
+re-prompt are measured on the progressive levels with synchronous slicing, and beside the
+re-prompts the same number of bare redraws (the heatmap layer's contrast limits changed).
 Opening the heatmap dock is measured too: it adds the slide's overlay layers, empty, when it
 binds the slide (a result then only fills them), and only then loads its model in the
 background, measured as a phase of its own (importing torch holds the GIL in one long
@@ -137,6 +138,21 @@ def _pan_in_memory(viewer, app, probe, slide_layer) -> tuple[str, float, float]:
     viewer.layers.remove(copy)
     slide_layer.visible = True
     return summary, worst, p99
+
+
+def _bare_redraws(app, probe, layer) -> str:
+    """Gaps while the heatmap layer's contrast limits change once per re-prompt's time: a
+    redraw of the same window with no new data, no job and no dock update (what any result
+    display costs on this display at least)."""
+    low, high = layer.contrast_limits
+    probe.start()
+    for step in range(len(REPROMPTS)):
+        shrink = 0.02 * (step + 1) * (high - low)
+        layer.contrast_limits = (low + shrink, high)
+        _settle(app, 0.3)
+    probe.stop()
+    layer.contrast_limits = (low, high)
+    return probe.summary()
 
 
 def _topk_display(app, probe, scratch: Path) -> list[tuple[str, float, float]]:
@@ -276,6 +292,7 @@ def main() -> None:
                 _settle(app, 0.3)
             probe.stop()
             reprompt = probe.summary()
+            redraw = _bare_redraws(app, probe, heat)
         finally:
             settings.experimental.async_ = async_before
         viewer.close()
@@ -302,6 +319,7 @@ def main() -> None:
         print(f"first heatmap (progressive levels): {first_heatmap}")
         print(f"first heatmap: Run to first overlay      : {first_overlay_s:8.2f} s")
         print(f"{len(REPROMPTS)} re-prompts' result display: {reprompt}")
+        print(f"{len(REPROMPTS)} bare redraws of that layer : {redraw}")
         print(f"first re-prompt: Run to updated layer    : {reprompt_s[0] * 1e3:8.1f} ms")
         later = statistics.median(reprompt_s[1:])
         print(f"later re-prompts, median                 : {later * 1e3:8.1f} ms")
