@@ -40,6 +40,8 @@ renderer halved the worst frames of a pan compared with 1024 px blocks
 (``bench/bench_plugin_stalls.py``)."""
 CACHE_BYTES = 768 * 2**20
 """Decoded blocks kept per slide (about 4,000 blocks of 256 x 256 RGB)."""
+MAX_CHUNK_PX = 512
+"""Largest chunk side stated to napari (blocks of strip-organised files can be wider)."""
 MAX_WANTED = 1024
 """Blocks waiting for the worker; older requests beyond it are dropped (panned away)."""
 WORKER_IDLE_EXIT_S = 20.0
@@ -243,9 +245,14 @@ class ProgressiveLevel:
         self.dtype = np.dtype(level.dtype)
         self.ndim = len(self.shape)
         self.size = math.prod(self.shape)
-        self.chunks = (*store.block_shapes[index], *self.shape[2:])
-        """The block grid, stated as a zarr array states its chunks: napari widens the view's
-        window to whole blocks and re-reads the level only when a pan leaves them."""
+        self.chunks = (
+            *(min(int(side), MAX_CHUNK_PX) for side in store.block_shapes[index]),
+            *self.shape[2:],
+        )
+        """The block grid, at most ``MAX_CHUNK_PX`` a side, stated as a zarr array states its
+        chunks: napari widens the view's window to whole chunks and re-reads the level only
+        when a pan leaves them. A block of a striped file spans the level's whole width; its
+        chunks do not, so napari's window (and texture) stays near the view's size."""
         self._previews: dict[BlockKey, np.ndarray] = {}
 
     def __len__(self) -> int:

@@ -9,7 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from napari_medvl._progressive_levels import BlockStore, block_shape, progressive_levels
+from napari_medvl._progressive_levels import (
+    MAX_CHUNK_PX,
+    BlockStore,
+    block_shape,
+    progressive_levels,
+)
 
 
 class SlowLevel:
@@ -128,6 +133,17 @@ def test_levels_state_their_blocks_as_chunks_so_napari_reads_whole_blocks():
     levels = progressive_levels([fine, coarse], [(50, 50), (25, 25)], block_target_px=100)
     assert levels[0].chunks == (100, 100, 3) and levels[1].chunks == (100, 100, 3)
     assert levels[0].shape == (400, 600, 3) and levels[0].dtype == np.uint8
+
+
+def test_a_striped_levels_chunks_stay_near_the_view_while_its_blocks_span_the_width():
+    fine, coarse = _pyramid()  # 400 x 600, stored in strips of 8 whole rows (as NDPI / strip TIFF)
+    levels = progressive_levels([fine, coarse], [(8, 600), (8, 150)], block_target_px=256)
+    assert levels[0].store.block_shapes[0] == (256, 600)  # decoded a whole strip group at a time
+    assert levels[0].chunks == (256, MAX_CHUNK_PX, 3)  # napari widens its window only this far
+    levels[0][0:8, 590:600]  # noqa: B018 - asks for the first strip group
+    assert levels[0].store.wait_idle(10)
+    assert fine.windows == [(0, 256, 0, 600)]  # one read of whole strips
+    np.testing.assert_array_equal(levels[0][0:8, 590:600], fine.pixels[0:8, 590:600])
 
 
 def test_an_idle_worker_ends_so_a_closed_slides_blocks_are_freed():
