@@ -105,20 +105,6 @@ def _pan(viewer, app, probe, start_yx, direction) -> str:
     return probe.summary()
 
 
-def _progressive_with_blocks(slide_layer, block_px: int) -> list:
-    """The slide's progressive levels with blocks of about ``block_px`` (a fresh cache)."""
-    from napari_medvl._progressive_levels import progressive_levels
-    from napari_medvl._slide_display import SlideRefresher
-
-    slide = slide_layer.metadata["slide"]
-    refresher = SlideRefresher(slide)
-    levels = progressive_levels(
-        slide.levels, slide.tile_sizes, refresher.block_ready, block_target_px=block_px
-    )
-    refresher.store = levels[0].store
-    return levels
-
-
 def _pan_in_memory(viewer, app, probe, slide_layer) -> tuple[str, float, float]:
     """Pan the slide's pyramid copied into memory (no reads, no decoding): what drawing and
     texture upload alone cost on this display. Returns summary, worst and p99 ms."""
@@ -204,6 +190,7 @@ def main() -> None:
     from napari_medvl._heatmap_job import FeatureCache
     from napari_medvl._heatmap_overlay import PENDING_KIND
     from napari_medvl._heatmap_widget import HeatmapWidget
+    from napari_medvl._slide_display import display_levels
     from napari_medvl._stall_probe import StallProbe
 
     settings = get_settings()
@@ -230,7 +217,8 @@ def main() -> None:
             layer.data = progressive  # the plugin's levels: blocks decoded in its worker
             pan_blocks = _pan(viewer, app, probe, (ROW_PROGRESSIVE, 200.0), (0.0, 1.0))
             worst_blocks, p99_blocks = probe.worst_ms, probe.percentile_ms(99)
-            layer.data = _progressive_with_blocks(layer, 1024)  # the earlier block size
+            big_blocks = display_levels(layer.metadata["slide"], block_target_px=1024)
+            layer.data = big_blocks  # the earlier block size, a fresh cache
             pan_big_blocks = _pan(viewer, app, probe, (1450.0, 200.0), (0.0, 1.0))
             worst_big = probe.worst_ms
             layer.data = progressive

@@ -16,7 +16,7 @@ from typing import Any
 from qtpy.QtCore import QObject, Qt, QTimer, Signal
 
 from napari_medvl._notify import report_error
-from napari_medvl._progressive_levels import BlockStore, progressive_levels
+from napari_medvl._progressive_levels import BLOCK_TARGET_PX, BlockStore, progressive_levels
 
 __all__ = ["MAX_REFRESH_WAIT_MS", "REFRESH_MS", "SlideRefresher", "display_levels"]
 
@@ -77,18 +77,21 @@ class SlideRefresher(QObject):
             layer.refresh()
 
 
-def display_levels(slide: Any) -> list[Any] | None:
-    """``slide``'s levels for napari, decoded off the GUI thread; None (the plain lazy dask
-    levels) without a Qt application, or when napari's asynchronous slicing is on: napari then
-    decodes off the GUI thread itself, whole dask chunks at a time, and pans the loaded chunks
-    without re-reading (``bench/bench_plugin_stalls.py``: about half the progressive levels'
-    worst pan gap on 2 cores)."""
+def display_levels(slide: Any, block_target_px: int = BLOCK_TARGET_PX) -> list[Any] | None:
+    """``slide``'s levels for napari, decoded off the GUI thread in blocks of about
+    ``block_target_px``; None (the plain lazy dask levels) without a Qt application, or when
+    napari's asynchronous slicing is on: napari then decodes off the GUI thread itself, whole
+    dask chunks at a time, and pans the loaded chunks without re-reading
+    (``bench/bench_plugin_stalls.py``: a worst pan gap like the progressive levels' and a lower
+    p99 on 2 cores)."""
     from napari.settings import get_settings
     from qtpy.QtWidgets import QApplication
 
     if QApplication.instance() is None or get_settings().experimental.async_:
         return None
     refresher = SlideRefresher(slide)
-    levels = progressive_levels(slide.levels, slide.tile_sizes, refresher.block_ready)
+    levels = progressive_levels(
+        slide.levels, slide.tile_sizes, refresher.block_ready, block_target_px=block_target_px
+    )
     refresher.store = levels[0].store
     return levels
