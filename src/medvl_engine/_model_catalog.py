@@ -92,14 +92,15 @@ def topk_candidates(name_or_path: str | Path) -> int | None:
     """Candidate patches N = grid^2 of a TopKSigLIP model, read from its config.json.
 
     None when the model cannot be found or its config does not say (the loader then gives
-    the reason when the model is used).
+    the reason when the model is used). Reads one small JSON file and imports no torch, so
+    the TopK dock can call it on the GUI thread.
     """
     from medvl_engine.encoders.resolve import (
+        TOPKSIGLIP_GRID,
         TOPKSIGLIP_MODEL_TYPE,
         read_model_type,
         resolve_topksiglip,
     )
-    from medvl_engine.models.topksiglip import TopKSigLIPConfig
 
     try:
         folder = resolve_topksiglip(name_or_path).path
@@ -109,7 +110,7 @@ def topk_candidates(name_or_path: str | Path) -> int | None:
         return None
     try:
         values = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        grid = int(values.get("grid", TopKSigLIPConfig.grid))
+        grid = int(values.get("grid", TOPKSIGLIP_GRID))
     except (OSError, ValueError, TypeError):
         return None
     return grid * grid if grid > 0 else None

@@ -11,10 +11,8 @@ The scores are exactly :func:`medvl_engine.heatmap.classify_slide`'s; what this 
 is alpha, the patches each class's answer rests on, placed on the slide as a Heatmap of
 ``alpha_ki * N`` (1 = the weight every patch would get under uniform attention).
 
-Class presets follow the paper's zero-shot tasks: the SPIDER-C unified classes per organ
-(Tumor, Stroma, Inflammation, Necrosis, Epithelium, Vascular, Fat; plus Nerve and Skin
-adnexa for skin, Mucin for colorectal) and the CAMELYON16 lymph-node categories of its
-Fig. 2, each with the tissue type prepended (the CPath convention the paper follows).
+The class presets (``CLASS_PRESETS``, ``preset_prompts``) live in the torch-free
+:mod:`medvl_engine.class_presets` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from medvl_engine.class_presets import CLASS_PRESETS, preset_prompts
 from medvl_engine.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -41,23 +40,6 @@ __all__ = [
     "preset_prompts",
     "values_heatmap",
 ]
-
-_SPIDER_C = ("tumor", "stroma", "inflammation", "necrosis", "epithelium", "vascular", "fat")
-
-CLASS_PRESETS: dict[str, tuple[str, ...]] = {
-    "breast (SPIDER-C)": tuple(f"breast {name}" for name in _SPIDER_C),
-    "colorectal (SPIDER-C)": tuple(f"colorectal {name}" for name in (*_SPIDER_C, "mucin")),
-    "skin (SPIDER-C)": tuple(f"skin {name}" for name in (*_SPIDER_C, "nerve", "adnexa")),
-    "thorax (SPIDER-C)": tuple(f"thorax {name}" for name in _SPIDER_C),
-    "lymph node (CAMELYON16)": (
-        "lymph node metastasis",
-        "lymph node adipose tissue",
-        "lymph node lymphocytes",
-    ),
-    "synthetic demo slide": ("tumor", "stroma", "adipose"),
-}
-"""Preset name -> class prompts (one prompt per class)."""
-
 
 DEFAULT_TAU_ATTN = 0.05
 
@@ -75,15 +57,6 @@ def model_tau_attn(model: str) -> float:
     except (OSError, ValueError, TypeError, AttributeError):
         pass
     return DEFAULT_TAU_ATTN
-
-
-def preset_prompts(name: str) -> tuple[str, ...]:
-    """The class prompts of preset ``name``; a ConfigError naming the presets otherwise."""
-    if name not in CLASS_PRESETS:
-        raise ConfigError(
-            f"{name!r} is not a class preset; use one of: {', '.join(CLASS_PRESETS)}."
-        )
-    return CLASS_PRESETS[name]
 
 
 @dataclass

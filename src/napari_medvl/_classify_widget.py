@@ -58,7 +58,7 @@ class ClassifyWidget(Container):
     """Zero-shot slide classification with report-guided attention maps."""
 
     def __init__(self, napari_viewer: Any, cache: ClassifyCache | None = None) -> None:
-        from medvl_engine.slide_classification import CLASS_PRESETS
+        from medvl_engine.class_presets import CLASS_PRESETS
 
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else ClassifyCache()
@@ -121,7 +121,7 @@ class ClassifyWidget(Container):
                 self.slide_choice.value = choices[-1][1]
 
     def _preset_chosen(self, name: str) -> None:
-        from medvl_engine.slide_classification import CLASS_PRESETS
+        from medvl_engine.class_presets import CLASS_PRESETS
 
         if name in CLASS_PRESETS:
             self.classes.value = "\n".join(CLASS_PRESETS[name])

@@ -24,6 +24,7 @@ from medvl_engine.errors import ModelNotFoundError
 
 __all__ = [
     "DEMO_TOPKSIGLIP",
+    "TOPKSIGLIP_GRID",
     "TOPKSIGLIP_MODEL_TYPE",
     "RegistryEntry",
     "ResolvedModel",
@@ -38,6 +39,10 @@ __all__ = [
 
 TOPKSIGLIP_MODEL_TYPE = "medvl-topksiglip"
 """The ``model_type`` in the config.json of a TopKSigLIP folder."""
+
+TOPKSIGLIP_GRID = 16
+"""The paper's candidate grid G (N = G * G patches): a TopKSigLIP config's default, here so
+that reading a folder's candidate count needs no torch."""
 
 DEMO_TOPKSIGLIP = "topksiglip-demo"
 """The shipped TopKSigLIP demo model (medvl_engine.demo_models): no training, no network."""

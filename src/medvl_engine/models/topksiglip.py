@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from transformers import BertModel, CLIPTextModel
 
 from medvl_engine.data.patch_geometry import PatchGeometry
-from medvl_engine.encoders.resolve import TOPKSIGLIP_MODEL_TYPE
+from medvl_engine.encoders.resolve import TOPKSIGLIP_GRID, TOPKSIGLIP_MODEL_TYPE
 from medvl_engine.models import _bert_text, _clip_text, _convnext
 from medvl_engine.models.topk import (
     crop_patches,
@@ -72,7 +72,7 @@ class TopKSigLIPConfig:
     # a large common part still yields distinct embeddings) or "layernorm".
     vision_pool_norm: Literal["none", "batchnorm", "layernorm"] = "none"
     image_size: int = 1536  # breast image side S (CC on the top half, MLO below)
-    grid: int = 16  # G: candidates per axis, N = G * G
+    grid: int = TOPKSIGLIP_GRID  # G: candidates per axis, N = G * G
     overlap: float = 0.5
     low_res_factor: int = 3  # scorer input side = S / low_res_factor
     k: int = 15  # patches sampled in training (free at inference)
