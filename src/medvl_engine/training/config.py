@@ -68,6 +68,9 @@ class RunConfig:
     prefetch_factor: int = 2  # batches each worker loads ahead
     pin_memory: bool | Literal["auto"] = "auto"  # auto = page-locked batches when on CUDA
     seeds: list[int] | None = None  # one run per seed into <out_dir>/seed-<s> (medvl-train)
+    # Moving average of the weights (decay d in (0, 1), e.g. 0.99); when set, evaluation,
+    # best/ and final/ use the averaged weights. None: the trained weights themselves.
+    ema_decay: float | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 0:
@@ -98,6 +101,11 @@ class RunConfig:
             raise ConfigError(
                 f"run.num_workers must be >= 0 and run.prefetch_factor >= 1, got "
                 f"{self.num_workers} and {self.prefetch_factor}; e.g. run.num_workers=2."
+            )
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise ConfigError(
+                f"run.ema_decay must lie between 0 and 1 (e.g. 0.99), got {self.ema_decay}; "
+                "or leave it unset to evaluate the trained weights themselves."
             )
         if self.dist_timeout_minutes <= 0:
             raise ConfigError(

@@ -12,6 +12,10 @@ and the task has ``batch_at``, from DataLoader worker processes with prefetch an
 step record in metrics.jsonl carries ``data_s`` (seconds this rank waited for its micro-batches,
 device copy included) and ``step_s`` (seconds of the whole optimiser step, data included).
 
+Weight averaging: with ``run.ema_decay`` set, a moving average of the weights
+(:mod:`medvl_engine.training._weight_average`) follows every optimiser step and is what is
+evaluated, chosen as ``best/`` and saved as ``final/``; checkpoints carry it for resume.
+
 Evaluation: a task with ``evaluate_shard(model, rank, world_size) -> part`` (a picklable
 result of this rank's shard of the eval set) and ``merge_evaluation(parts) -> metrics``
 (``parts`` in rank order) is evaluated on every rank at once and its parts gathered with
@@ -40,6 +44,7 @@ from medvl_engine.errors import ConfigError, DataError, MedVLError
 from medvl_engine.training._batches import WorkerBatches, uses_workers
 from medvl_engine.training._metrics_log import MetricsLog, Progress
 from medvl_engine.training._metrics_trim import metrics_size, trim_metrics_log
+from medvl_engine.training._weight_average import WeightAverage
 from medvl_engine.training.checkpoint import (
     capture_rng_state,
     load_checkpoint,
@@ -235,6 +240,15 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
             rng_states[info.rank] if len(rng_states) == info.world_size else rng_states[0]
         )
 
+    average = WeightAverage(model, config.ema_decay) if config.ema_decay is not None else None
+    if average is not None and resume_from is not None:
+        if "ema" not in payload:
+            raise ConfigError(
+                f"checkpoint {resume_from} holds no weight average but run.ema_decay is set; "
+                "resume with the settings it was written with, or start a new run."
+            )
+        average.load_state_dict(payload["ema"])
+
     train_model: nn.Module = model
     if info.distributed:
         train_model = nn.parallel.DistributedDataParallel(
@@ -259,18 +273,22 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
         rng_states = _gather_rng(info)
         if info.is_main:
             state.metrics_bytes = metrics_size(metrics_path)
-            save_checkpoint(
-                checkpoint_path,
-                {
-                    "model": unwrap_model(train_model).state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "loop": dataclasses.asdict(state),
-                    "rng": rng_states,
-                    "config": resolved,
-                },
-            )
+            contents = {
+                "model": unwrap_model(train_model).state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "loop": dataclasses.asdict(state),
+                "rng": rng_states,
+                "config": resolved,
+            }
+            if average is not None:
+                contents["ema"] = average.state_dict()
+            save_checkpoint(checkpoint_path, contents)
         barrier(info)
+
+    def evaluated_model() -> nn.Module:
+        """The weights evaluated and saved: the moving average when there is one."""
+        return average.model if average is not None else unwrap_model(train_model)
 
     sharded = task if isinstance(task, ShardedEvaluation) else None
 
@@ -280,14 +298,15 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
         if sharded is None and not info.is_main:
             return None
         saved_rng = capture_rng_state()
-        inner = unwrap_model(train_model)
+        inner = evaluated_model()
         inner.eval()
         with torch.no_grad(), _autocast(config, device):
             if sharded is not None:
                 part = sharded.evaluate_shard(inner, info.rank, info.world_size)
             else:
                 metrics = {k: float(v) for k, v in task.evaluate(inner).items()}
-        inner.train()
+        if average is None:
+            inner.train()
         restore_rng_state(saved_rng)
         if sharded is not None:
             parts = gather_objects(part)
@@ -299,7 +318,7 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
         last_eval_step = state.step
         metrics = evaluate_metrics()
         if info.is_main and metrics is not None:
-            inner = unwrap_model(train_model)
+            inner = evaluated_model()
             record = {"epoch": epoch, "step": state.step, **metrics}
             evaluations.append(record)
             log.write({"event": "eval", **record})
@@ -371,6 +390,8 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
                 finite, mean_loss = _all_ranks_finite(loss_value, info, device)
                 if finite:
                     optimizer.step()
+                    if average is not None:
+                        average.update(state.step + 1)
                 else:
                     optimizer.zero_grad(set_to_none=True)
                     state.bad_steps += 1
@@ -423,7 +444,7 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
             run_evaluation(state.epoch)
             write_checkpoint()
         if not stopped_early and info.is_main and hasattr(task, "save_pretrained"):
-            task.save_pretrained(unwrap_model(train_model), out_dir / "final")
+            task.save_pretrained(evaluated_model(), out_dir / "final")
         barrier(info)
     finally:
         if workers is not None:
