@@ -232,6 +232,18 @@ def model_card(provenance: dict[str, Any], evaluation: dict[str, Any]) -> str:
 _PLACE_ONLY = {"run": {"out_dir", "progress", "resume"}, "task": {"synthetic_dir"}}
 
 
+def _defaults(config_class: type) -> dict[str, Any]:
+    import dataclasses
+
+    defaults = {}
+    for field in dataclasses.fields(config_class):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = field.default_factory()
+    return defaults
+
+
 def finished_with_recipe(work: Path, run_config: RunConfig, task_config: Any) -> bool:
     """True when ``work`` holds a finished run (``final/`` and ``best/`` saved) whose resolved
     configuration, as stored in its checkpoint, equals ``run_config`` / ``task_config`` in
@@ -244,12 +256,11 @@ def finished_with_recipe(work: Path, run_config: RunConfig, task_config: Any) ->
     if not done or not (work / "checkpoint.pt").is_file():
         return False
     saved = load_checkpoint(work / "checkpoint.pt").get("config", {})
-    wanted = {
-        "run": dataclasses.asdict(run_config),
-        "task": dataclasses.asdict(task_config),
-    }
-    for section, values in wanted.items():
-        stored = dict(saved.get(section, {}))
+    wanted = {"run": run_config, "task": task_config}
+    for section, config in wanted.items():
+        values = dataclasses.asdict(config)
+        # a setting added after the run was saved counts as its default
+        stored = {**_defaults(type(config)), **saved.get(section, {})}
         for key in _PLACE_ONLY[section]:
             stored.pop(key, None)
             values.pop(key, None)

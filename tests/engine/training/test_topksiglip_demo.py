@@ -18,6 +18,7 @@ from medvl_engine.encoders.resolve import registered_model_dir, resolve_topksigl
 from medvl_engine.errors import ModelNotFoundError
 from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
 from medvl_engine.training import _topksiglip_demo
+from medvl_engine.training.checkpoint import load_checkpoint, save_checkpoint
 
 torch.set_num_threads(1)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -197,6 +198,12 @@ def test_rebuild_writes_a_complete_demo_folder_with_its_test_metrics(tmp_path, m
     assert any("shipped as it is" in m for m in messages)
     assert not any("lesion pretraining" in m for m in messages)
     assert json.loads((folder / "config.json").read_text())["test_metrics"] == printed
+    checkpoint = tmp_path / "work" / "checkpoint.pt"
+    payload = load_checkpoint(checkpoint)  # a run saved before run.ema_decay existed
+    del payload["config"]["run"]["ema_decay"]
+    save_checkpoint(checkpoint, payload)
+    recipe = _topksiglip_demo.build_recipe(tmp_path / "work")
+    assert _topksiglip_demo.finished_with_recipe(tmp_path / "work", *recipe)
     _topksiglip_demo.DEMO_CONFIG["task"]["k"] = 3  # another recipe: trains again
     assert not _topksiglip_demo.finished_with_recipe(
         tmp_path / "work", *_topksiglip_demo.build_recipe(tmp_path / "work")
