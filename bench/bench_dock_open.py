@@ -11,6 +11,7 @@ warm, their ratio, and what the GUI thread imported. Needs a display (tools/with
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import statistics
@@ -20,12 +21,18 @@ import tempfile
 from pathlib import Path
 
 PROBE = Path(__file__).resolve().parents[1] / "tools" / "dock_open_probe.py"
-DOCKS = {
-    "heatmap": "napari_medvl._heatmap_widget:HeatmapWidget",
-    "TopK": "napari_medvl._topk_widget:TopKWidget",
-    "classification": "napari_medvl._classify_widget:ClassifyWidget",
-    "export": "napari_medvl._export_widget:ExportWidget",
-}
+
+
+def _manifest_docks() -> dict[str, str]:
+    """The plugin's docks, display name -> ``module:Class``, as the probe reads the manifest."""
+    spec = importlib.util.spec_from_file_location("dock_open_probe", PROBE)
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    return probe.manifest_docks()
+
+
+DOCKS = _manifest_docks()
 REPEATS = 3
 
 
@@ -41,7 +48,7 @@ def _open(target: str, warm: bool, cache: str) -> dict:
 
 def main() -> None:
     cache = tempfile.mkdtemp()
-    print(f"{'dock':16s} {'cold ms':>9s} {'warm ms':>9s} {'cold/warm':>9s}  GUI-thread imports")
+    print(f"{'dock':22s} {'cold ms':>9s} {'warm ms':>9s} {'cold/warm':>9s}  GUI-thread imports")
     for name, target in DOCKS.items():
         cold, warm, imports = [], [], set()
         for _ in range(REPEATS):
@@ -51,7 +58,7 @@ def main() -> None:
             warm.append(_open(target, True, cache)["opened_ms"])
         cold_ms, warm_ms = statistics.median(cold), statistics.median(warm)
         print(
-            f"{name:16s} {cold_ms:9.0f} {warm_ms:9.0f} {cold_ms / warm_ms:9.2f}  "
+            f"{name:22s} {cold_ms:9.0f} {warm_ms:9.0f} {cold_ms / warm_ms:9.2f}  "
             f"{', '.join(sorted(imports)) or 'none'}"
         )
 

@@ -1,6 +1,8 @@
 """Open one napari-medvl dock in this fresh interpreter and print what it cost, as JSON.
 
     python tools/dock_open_probe.py napari_medvl._topk_widget:TopKWidget [--warm]
+    python tools/dock_open_probe.py --list
+
 
 Imports the dock's module, builds the dock, docks it in a new viewer and runs 200 ms of the
 event loop, recording every ``import`` of torch or transformers that the GUI thread runs
@@ -8,7 +10,8 @@ meanwhile. Prints
 ``{"imports": [...], "opened_ms": ...}``: the heavy packages the GUI thread imported and the
 milliseconds from importing the dock's module to its being docked. With ``--warm`` torch and
 transformers are imported before the viewer opens, so their import costs nothing at the
-dock (the reference for a dock that imports nothing heavy). Used by
+dock (the reference for a dock that imports nothing heavy). ``--list`` prints the docks the
+plugin's manifest contributes, ``{display name: python name}``. Used by
 tests/plugin/test_docks_open_without_torch.py and bench/bench_dock_open.py.
 """
 
@@ -20,11 +23,28 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 HEAVY = ("torch", "transformers")
+MANIFEST = Path(__file__).resolve().parents[1] / "src" / "napari_medvl" / "napari.yaml"
+
+
+def manifest_docks() -> dict[str, str]:
+    """The widgets of the plugin's manifest: display name -> ``module:Class``."""
+    import yaml
+
+    contributions = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))["contributions"]
+    python_names = {command["id"]: command["python_name"] for command in contributions["commands"]}
+    return {
+        widget["display_name"]: python_names[widget["command"]]
+        for widget in contributions["widgets"]
+    }
 
 
 def main(argv: list[str]) -> None:
+    if argv == ["--list"]:
+        print(json.dumps(manifest_docks()))
+        return
     target = argv[0]
     if "--warm" in argv:
         for name in HEAVY:

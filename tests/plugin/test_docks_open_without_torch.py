@@ -10,6 +10,7 @@ while the dock is imported, built, docked and its first event-loop turns run is 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,12 +20,18 @@ from pathlib import Path
 import pytest
 
 PROBE = Path(__file__).resolve().parents[2] / "tools" / "dock_open_probe.py"
-DOCKS = {
-    "heatmap": "napari_medvl._heatmap_widget:HeatmapWidget",
-    "TopK": "napari_medvl._topk_widget:TopKWidget",
-    "classification": "napari_medvl._classify_widget:ClassifyWidget",
-    "export": "napari_medvl._export_widget:ExportWidget",
-}
+
+
+def _manifest_docks() -> dict[str, str]:
+    """The plugin's docks, display name -> ``module:Class``, as the probe reads the manifest."""
+    spec = importlib.util.spec_from_file_location("dock_open_probe", PROBE)
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    return probe.manifest_docks()
+
+
+DOCKS = _manifest_docks()
 
 
 @pytest.mark.parametrize("dock", sorted(DOCKS))
