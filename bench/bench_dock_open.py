@@ -2,7 +2,7 @@
 when a user first opens it) vs warm (torch and transformers imported before the viewer),
 side by side in one run.
 
-Each open runs tools/dock_open_probe.py in a fresh interpreter: the dock's module imported,
+Each open runs napari_medvl._dock_probe in a fresh interpreter: the dock's module imported,
 the dock built and docked. A dock that imported torch on the GUI thread while opening would
 take seconds cold and tens of milliseconds warm; one that imports nothing heavy opens in
 about the same time either way. Prints per dock the median of ``REPEATS`` opens cold and
@@ -11,33 +11,21 @@ warm, their ratio, and what the GUI thread imported. Needs a display (tools/with
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-PROBE = Path(__file__).resolve().parents[1] / "tools" / "dock_open_probe.py"
+from napari_medvl._dock_probe import manifest_docks
 
-
-def _manifest_docks() -> dict[str, str]:
-    """The plugin's docks, display name -> ``module:Class``, as the probe reads the manifest."""
-    spec = importlib.util.spec_from_file_location("dock_open_probe", PROBE)
-    assert spec is not None and spec.loader is not None
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    return probe.manifest_docks()
-
-
-DOCKS = _manifest_docks()
+DOCKS = manifest_docks()
 REPEATS = 3
 
 
 def _open(target: str, warm: bool, cache: str) -> dict:
-    argv = [sys.executable, str(PROBE), target, *(["--warm"] if warm else [])]
+    argv = [sys.executable, "-m", "napari_medvl._dock_probe", target, *(["--warm"] if warm else [])]
     environment = {**os.environ, "MEDVL_CACHE": cache, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=environment)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -42,7 +42,7 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
     5: ("encoders", "losses"),
     6: ("models",),
     7: ("evaluation", "features"),
-    8: ("heatmap", "heatmap_prompts"),
+    8: ("heatmap", "heatmap_prompts", "class_presets"),
     9: ("slide_classification", "export", "_model_catalog"),
     10: ("training",),
     11: ("demo",),

@@ -1,7 +1,7 @@
 """Open one napari-medvl dock in this fresh interpreter and print what it cost, as JSON.
 
-    python tools/dock_open_probe.py napari_medvl._topk_widget:TopKWidget [--warm]
-    python tools/dock_open_probe.py --list
+    python -m napari_medvl._dock_probe napari_medvl._topk_widget:TopKWidget [--warm]
+    python -m napari_medvl._dock_probe --list
 
 
 Imports the dock's module, builds the dock, docks it in a new viewer and runs 200 ms of the
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 HEAVY = ("torch", "transformers")
-MANIFEST = Path(__file__).resolve().parents[1] / "src" / "napari_medvl" / "napari.yaml"
+MANIFEST = Path(__file__).resolve().parent / "napari.yaml"
 
 
 def manifest_docks() -> dict[str, str]:
