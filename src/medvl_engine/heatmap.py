@@ -21,11 +21,12 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from medvl_engine.errors import DataError
+from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.features import FeatureStore
 from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS
 
 __all__ = [
+    "class_embeddings",
     "classify_slide",
     "Heatmap",
     "PatchLayoutLike",
@@ -248,14 +249,31 @@ def classify_slide(
     """
     from medvl_engine.models.limit import report_guided_pool
 
+    names, classes = class_embeddings(store, encoder, class_prompts)  # [K, D]
+    pooled = report_guided_pool(store.torch_features, classes, tau_attn)  # [K, D]
+    scores = torch.nn.functional.cosine_similarity(pooled, classes, dim=-1).tolist()
+    return sorted(zip(names, scores, strict=True), key=lambda item: -item[1])
+
+
+def class_embeddings(
+    store: FeatureStore,
+    encoder: PromptEncoder,
+    class_prompts: Sequence[str] | Mapping[str, Sequence[str]],
+) -> tuple[list[str], torch.Tensor]:
+    """Class names and embeddings c_k ``[K, D]`` for zero-shot classification (LIMIT Eq. 5):
+    the normalised mean of each class's prompt embeddings (a plain list: one prompt per class,
+    its own name). Checked against ``store``: at least two distinct classes, patches to
+    classify, the store's embedding width; each problem is one ConfigError or DataError."""
     if isinstance(class_prompts, Mapping):
-        names = list(class_prompts)
-        groups = [_as_list(class_prompts[name]) for name in names]
+        names = [str(name) for name in class_prompts]
+        groups = [_as_list(class_prompts[name]) for name in class_prompts]
     else:
-        names = list(class_prompts)
+        names = [str(name) for name in class_prompts]
         groups = [[name] for name in names]
     if len(names) < 2:
-        raise ValueError(f"classification needs at least 2 classes, got {len(names)}")
+        raise ConfigError(f"classification needs at least two classes, got {len(names)}.")
+    if len(set(names)) != len(names):
+        raise ConfigError("two classes have the same name; give each class once.")
     if store.n_patches == 0:
         raise DataError(
             f"Feature store {store.path or store.slide} holds no patches (no tissue found); "
@@ -272,9 +290,7 @@ def classify_slide(
             f"The prompts embed to {classes.shape[1]} dimensions but the feature store holds "
             f"{store.embed_dim}; use the model the features were extracted with ({store.encoder})."
         )
-    pooled = report_guided_pool(store.torch_features, classes, tau_attn)  # [K, D]
-    scores = torch.nn.functional.cosine_similarity(pooled, classes, dim=-1).tolist()
-    return sorted(zip(names, scores, strict=True), key=lambda item: -item[1])
+    return names, classes
 
 
 def _as_list(prompts: str | Sequence[str]) -> list[str]:

@@ -90,41 +90,13 @@ def classify_with_attention(
 
     ``class_prompts``: class names used as prompts, or name -> its prompts (averaged).
     """
+    from medvl_engine.heatmap import class_embeddings
     from medvl_engine.models.limit import report_guided_pool
 
-    if isinstance(class_prompts, Mapping):
-        names = [str(name) for name in class_prompts]
-        groups = [
-            [p] if isinstance(p, str) else list(p)
-            for p in (class_prompts[name] for name in class_prompts)
-        ]
-    else:
-        names = [str(name) for name in class_prompts]
-        groups = [[name] for name in names]
-    if len(names) < 2:
-        raise ConfigError(f"classification needs at least two classes, got {len(names)}.")
-    if len(set(names)) != len(names):
-        raise ConfigError("two classes have the same name; give each class once.")
     if tau_attn <= 0:
         raise ConfigError(f"the attention temperature must be positive, got {tau_attn}.")
-    if store.n_patches == 0:
-        raise DataError(
-            f"Feature store {store.path or store.slide} holds no patches (no tissue found); "
-            "nothing to classify."
-        )
     with torch.no_grad():
-        classes = torch.stack(
-            [
-                torch.nn.functional.normalize(encoder.encode_text(group).mean(0), dim=0)
-                for group in groups
-            ]
-        )  # [K, D]
-        if classes.shape[1] != store.embed_dim:
-            raise DataError(
-                f"The prompts embed to {classes.shape[1]} dimensions but the feature store holds "
-                f"{store.embed_dim}; use the model the features were extracted with "
-                f"({store.encoder})."
-            )
+        names, classes = class_embeddings(store, encoder, class_prompts)  # [K, D]
         features = store.torch_features  # [N, D]
         pooled, attention = report_guided_pool(
             features, classes.to(features.dtype), tau_attn, return_attention=True

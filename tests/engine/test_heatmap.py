@@ -167,6 +167,18 @@ def test_classify_slide_follows_report_guided_pooling_by_hand():
     assert dict(grouped)["B"] == pytest.approx(score_b, abs=1e-6)
 
 
+def test_classify_slide_refuses_too_few_or_repeated_classes_in_one_sentence():
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.heatmap import classify_slide
+
+    store = _store(coords=np.array([[0, 0], [10, 0]]), features=np.eye(2, dtype=np.float32))
+    encoder = _FixedText({"a": [1.0, 0.0], "b": [0.0, 1.0]})
+    with pytest.raises(ConfigError, match="needs at least two classes, got 1"):
+        classify_slide(store, encoder, ["a"])
+    with pytest.raises(ConfigError, match="two classes have the same name"):
+        classify_slide(store, encoder, ["a", "a"])
+
+
 def test_prompts_from_another_embedding_space_are_refused():
     from medvl_engine.errors import DataError
 
