@@ -1,17 +1,14 @@
 """Open one napari-medvl dock in this fresh interpreter and print what it cost, as JSON.
 
     python -m napari_medvl._dock_probe napari_medvl._topk_widget:TopKWidget [--warm]
-    python -m napari_medvl._dock_probe --list
-
 
 Imports the dock's module, builds the dock, docks it in a new viewer and runs 200 ms of the
 event loop, recording every ``import`` of torch or transformers that the GUI thread runs
-meanwhile. Prints
-``{"imports": [...], "opened_ms": ...}``: the heavy packages the GUI thread imported and the
-milliseconds from importing the dock's module to its being docked. With ``--warm`` torch and
-transformers are imported before the viewer opens, so their import costs nothing at the
-dock (the reference for a dock that imports nothing heavy). ``--list`` prints the docks the
-plugin's manifest contributes, ``{display name: python name}``. Used by
+meanwhile. Prints ``{"imports": [...], "opened_ms": ...}``: the heavy packages the GUI thread
+imported and the milliseconds from importing the dock's module to its being docked. With
+``--warm`` torch and transformers are imported before the viewer opens, so their import
+costs nothing at the dock (the reference for a dock that imports nothing heavy).
+``manifest_docks`` lists the docks the plugin's manifest contributes. Used by
 tests/plugin/test_docks_open_without_torch.py and bench/bench_dock_open.py.
 """
 
@@ -42,9 +39,6 @@ def manifest_docks() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    if argv == ["--list"]:
-        print(json.dumps(manifest_docks()))
-        return
     target = argv[0]
     if "--warm" in argv:
         for name in HEAVY:
