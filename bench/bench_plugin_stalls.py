@@ -31,6 +31,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,6 +51,43 @@ ROW_PROGRESSIVE = 1050.0
 """um: the row the progressive levels and the in-memory copy are panned along (the same
 pixels). Each pan has its own row of the 2,048 um tall slide (250, 650, 1050, 1450 um; a
 view is about 400 um tall), so no pan finds tiles an earlier one decoded."""
+
+
+BENCH_WINDOW = (1066, 651)
+"""Main-window size (width, height) of every viewer the benches open: the size napari opens
+with on the 1600 x 1000 screen of tools/with_display.sh when it has no saved size. Drawing
+on a software-rendered display costs time in proportion to the canvas's pixels
+(bench_display_floor.py), so a window size saved by an earlier session would move every gap."""
+
+WINDOW_SETTINGS = (
+    "window_size",
+    "window_position",
+    "window_maximized",
+    "window_fullscreen",
+    "window_statusbar",
+    "window_state",
+)
+"""napari's saved-geometry settings, which closing a viewer overwrites."""
+
+
+@contextmanager
+def bench_viewer(size: tuple[int, int] = BENCH_WINDOW) -> Iterator[object]:
+    """A shown napari viewer with its main window at ``size``; closed afterwards with the
+    user's saved window geometry put back as it was."""
+    import napari
+    from napari.settings import get_settings
+
+    application = get_settings().application
+    saved = {name: getattr(application, name) for name in WINDOW_SETTINGS}
+    viewer = napari.Viewer(show=True)
+    viewer.window.resize(*size)
+    try:
+        yield viewer
+    finally:
+        viewer.close()
+        for name, value in saved.items():
+            if getattr(application, name) != value:
+                setattr(application, name, value)
 
 
 def write_j2k_pyramid(path: Path, size: int = 4096, tile: int = 240) -> Path:
@@ -144,7 +183,6 @@ def _bare_redraws(app, probe, layer) -> str:
 def _topk_display(app, probe, scratch: Path) -> list[tuple[str, float, float]]:
     """The TopK dock on a synthetic mammogram pair (topksiglip-demo, K = ``TOPK_K``): probe
     summary, worst and p99 ms from Run until the boxes are shown, a first run and a re-run."""
-    import napari
     import npe2
 
     from medvl_engine.synthetic import make_mammogram_case
@@ -153,36 +191,34 @@ def _topk_display(app, probe, scratch: Path) -> list[tuple[str, float, float]]:
     case = make_mammogram_case(
         scratch / "mammo", seed=3, laterality="L", findings=["mass"], cancer=True
     )
-    viewer = napari.Viewer(show=True)
-    npe2.PluginManager.instance().discover()
-    for path in (case.cc_path, case.mlo_path):
-        viewer.open(str(path), plugin="napari-medvl")
-    widget = TopKWidget(viewer)
-    viewer.window.add_dock_widget(widget, name="TopK")
-    widget.k.value = TOPK_K
-    while len(viewer.layers) < 10:  # the two views and the dock's eight waiting layers
-        _settle(app, 0.1)
-    while widget.model.value not in widget.models:  # then loaded in the background
-        _settle(app, 0.1)
-    _settle(app, 1.0)
-    runs = []
-    for _ in range(2):
-        probe.start()
-        widget.run()
-        while widget.runner.running or widget.drawing:
-            _settle(app, 0.01)
-        _settle(app, 0.1)  # the boxes drawn
-        probe.stop()
-        if widget.runner.last_error is not None:
-            raise widget.runner.last_error
-        runs.append((probe.summary(), probe.worst_ms, probe.percentile_ms(99)))
-    viewer.close()
+    with bench_viewer() as viewer:
+        npe2.PluginManager.instance().discover()
+        for path in (case.cc_path, case.mlo_path):
+            viewer.open(str(path), plugin="napari-medvl")
+        widget = TopKWidget(viewer)
+        viewer.window.add_dock_widget(widget, name="TopK")
+        widget.k.value = TOPK_K
+        while len(viewer.layers) < 10:  # the two views and the dock's eight waiting layers
+            _settle(app, 0.1)
+        while widget.model.value not in widget.models:  # then loaded in the background
+            _settle(app, 0.1)
+        _settle(app, 1.0)
+        runs = []
+        for _ in range(2):
+            probe.start()
+            widget.run()
+            while widget.runner.running or widget.drawing:
+                _settle(app, 0.01)
+            _settle(app, 0.1)  # the boxes drawn
+            probe.stop()
+            if widget.runner.last_error is not None:
+                raise widget.runner.last_error
+            runs.append((probe.summary(), probe.worst_ms, probe.percentile_ms(99)))
     return runs
 
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import napari
     import npe2
     from napari.settings import get_settings
     from qtpy.QtWidgets import QApplication
@@ -197,93 +233,94 @@ def main() -> None:
     async_before = settings.experimental.async_
     with tempfile.TemporaryDirectory() as scratch:
         slide_path = write_j2k_pyramid(Path(scratch) / "j2k.svs")
-        viewer = napari.Viewer(show=True)
-        app = QApplication.instance()
-        npe2.PluginManager.instance().discover()
-        probe = StallProbe()
-        try:
-            settings.experimental.async_ = False  # the reader gives progressive levels then
-            layer = viewer.open(str(slide_path), plugin="napari-medvl")[0]
-            _settle(app, 1.0)
-            progressive = list(layer.data)
-            plain = list(layer.metadata["slide"].levels)
-            layer.data = plain  # napari decodes the window's tiles on the GUI thread
-            pan_sync = _pan(viewer, app, probe, (250.0, 200.0), (0.0, 1.0))
-            worst_sync = probe.worst_ms
-            settings.experimental.async_ = True  # napari decodes in its slicing thread
-            pan_async = _pan(viewer, app, probe, (650.0, 200.0), (0.0, 1.0))
-            worst_async = probe.worst_ms
-            settings.experimental.async_ = False
-            layer.data = progressive  # the plugin's levels: blocks decoded in its worker
-            pan_blocks = _pan(viewer, app, probe, (ROW_PROGRESSIVE, 200.0), (0.0, 1.0))
-            worst_blocks, p99_blocks = probe.worst_ms, probe.percentile_ms(99)
-            big_blocks = display_levels(layer.metadata["slide"], block_target_px=1024)
-            layer.data = big_blocks  # the earlier block size, a fresh cache
-            pan_big_blocks = _pan(viewer, app, probe, (1450.0, 200.0), (0.0, 1.0))
-            worst_big = probe.worst_ms
-            layer.data = progressive
-            pan_floor, worst_floor, p99_floor = _pan_in_memory(viewer, app, probe, layer)
+        with bench_viewer() as viewer:
+            app = QApplication.instance()
+            npe2.PluginManager.instance().discover()
+            probe = StallProbe()
+            try:
+                settings.experimental.async_ = False  # the reader gives progressive levels then
+                layer = viewer.open(str(slide_path), plugin="napari-medvl")[0]
+                _settle(app, 1.0)
+                progressive = list(layer.data)
+                plain = list(layer.metadata["slide"].levels)
+                layer.data = plain  # napari decodes the window's tiles on the GUI thread
+                pan_sync = _pan(viewer, app, probe, (250.0, 200.0), (0.0, 1.0))
+                worst_sync = probe.worst_ms
+                settings.experimental.async_ = True  # napari decodes in its slicing thread
+                pan_async = _pan(viewer, app, probe, (650.0, 200.0), (0.0, 1.0))
+                worst_async = probe.worst_ms
+                settings.experimental.async_ = False
+                layer.data = progressive  # the plugin's levels: blocks decoded in its worker
+                pan_blocks = _pan(viewer, app, probe, (ROW_PROGRESSIVE, 200.0), (0.0, 1.0))
+                worst_blocks, p99_blocks = probe.worst_ms, probe.percentile_ms(99)
+                big_blocks = display_levels(layer.metadata["slide"], block_target_px=1024)
+                layer.data = big_blocks  # the earlier block size, a fresh cache
+                pan_big_blocks = _pan(viewer, app, probe, (1450.0, 200.0), (0.0, 1.0))
+                worst_big = probe.worst_ms
+                layer.data = progressive
+                pan_floor, worst_floor, p99_floor = _pan_in_memory(viewer, app, probe, layer)
 
-            viewer.scene.camera.center = (1024.0, 1024.0)
-            viewer.scene.camera.zoom = 0.5
-            _settle(app, 1.0)
-            probe.start()
-            widget = HeatmapWidget(viewer, cache=FeatureCache(root=Path(scratch) / "features"))
-            viewer.window.add_dock_widget(widget, name="heatmap")
-            widget.slide_choice.value = layer
-            while len(viewer.layers) < 3:  # the slide's overlay layers, added empty
-                _settle(app, 0.05)
-            _settle(app, 0.5)  # their first draws
-            probe.stop()
-            dock_open = probe.summary()
-            probe.start()
-            while "medvl-demo" not in widget.cache.encoders:  # then loaded in the background
-                _settle(app, 0.1)
-            _settle(app, 0.5)
-            probe.stop()
-            model_loading = probe.summary()
-            first_overlay: list[float] = []
+                viewer.scene.camera.center = (1024.0, 1024.0)
+                viewer.scene.camera.zoom = 0.5
+                _settle(app, 1.0)
+                probe.start()
+                widget = HeatmapWidget(viewer, cache=FeatureCache(root=Path(scratch) / "features"))
+                viewer.window.add_dock_widget(widget, name="heatmap")
+                widget.slide_choice.value = layer
+                while len(viewer.layers) < 3:  # the slide's overlay layers, added empty
+                    _settle(app, 0.05)
+                _settle(app, 0.5)  # their first draws
+                probe.stop()
+                dock_open = probe.summary()
+                probe.start()
+                while "medvl-demo" not in widget.cache.encoders:  # then loaded in the background
+                    _settle(app, 0.1)
+                _settle(app, 0.5)
+                probe.stop()
+                model_loading = probe.summary()
+                first_overlay: list[float] = []
 
-            def shown(_event: object = None) -> None:
-                first_overlay.append(time.perf_counter())
+                def shown(_event: object = None) -> None:
+                    first_overlay.append(time.perf_counter())
 
-            viewer.layers.events.inserted.connect(shown)  # a layer added by a result
-            for waiting in viewer.layers:  # or the dock's waiting overlay layer filled
-                kind = waiting.metadata.get("medvl_kind")
-                if kind == PENDING_KIND and type(waiting).__name__ == "Image":
-                    waiting.events.data.connect(shown)
-            probe.start()
-            started = time.perf_counter()
-            widget.run()
-            while widget.runner.running:
-                _settle(app, 0.05)
-            total_s = time.perf_counter() - started
-            first_overlay_s = first_overlay[0] - started
-            _settle(app, 0.3)
-            probe.stop()
-            first_heatmap = probe.summary()
-            first_worst, first_p99 = probe.worst_ms, probe.percentile_ms(99)
-            heat = next(lay for lay in viewer.layers if lay.metadata.get("medvl_kind") == "heatmap")
-
-            updated: list[float] = []
-            heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
-            reprompt_s = []
-            probe.start()
-            for prompt in REPROMPTS:
-                updated.clear()
-                widget.prompts.value = prompt
+                viewer.layers.events.inserted.connect(shown)  # a layer added by a result
+                for waiting in viewer.layers:  # or the dock's waiting overlay layer filled
+                    kind = waiting.metadata.get("medvl_kind")
+                    if kind == PENDING_KIND and type(waiting).__name__ == "Image":
+                        waiting.events.data.connect(shown)
+                probe.start()
                 started = time.perf_counter()
                 widget.run()
-                while widget.runner.running or not updated:
-                    _settle(app, 0.01)
-                reprompt_s.append(updated[0] - started)
+                while widget.runner.running:
+                    _settle(app, 0.05)
+                total_s = time.perf_counter() - started
+                first_overlay_s = first_overlay[0] - started
                 _settle(app, 0.3)
-            probe.stop()
-            reprompt = probe.summary()
-            redraw = _bare_redraws(app, probe, heat)
-        finally:
-            settings.experimental.async_ = async_before
-        viewer.close()
+                probe.stop()
+                first_heatmap = probe.summary()
+                first_worst, first_p99 = probe.worst_ms, probe.percentile_ms(99)
+                heat = next(
+                    lay for lay in viewer.layers if lay.metadata.get("medvl_kind") == "heatmap"
+                )
+
+                updated: list[float] = []
+                heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
+                reprompt_s = []
+                probe.start()
+                for prompt in REPROMPTS:
+                    updated.clear()
+                    widget.prompts.value = prompt
+                    started = time.perf_counter()
+                    widget.run()
+                    while widget.runner.running or not updated:
+                        _settle(app, 0.01)
+                    reprompt_s.append(updated[0] - started)
+                    _settle(app, 0.3)
+                probe.stop()
+                reprompt = probe.summary()
+                redraw = _bare_redraws(app, probe, heat)
+            finally:
+                settings.experimental.async_ = async_before
         topk_runs = _topk_display(app, probe, Path(scratch))
         patches = widget.last_outcome.store.n_patches
         print(f"JPEG 2000 SVS 4096 x 4096, 240 px tiles; {patches} tissue patches")
