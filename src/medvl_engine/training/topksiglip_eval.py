@@ -10,8 +10,15 @@ Pointing Game and pixel AP, and the linear probe (fitted on the whole training s
 chosen on validation), each with a 95% percentile-bootstrap interval over test breasts; then
 mean +- std over seeds; and beside them the trivial baselines on the same breasts
 (:mod:`medvl_engine.evaluation.mammo_baselines`: best signed intensity statistic per label,
-max-intensity map). Everything is printed and written to ``<run.out_dir>/test_evaluation.json``
-(atomically). Training never reads the test split; this is the only reader.
+max-intensity map); the cancer AUROC is also given by finding type
+(:mod:`medvl_engine.evaluation.mammo_subgroups`). Everything is printed and written to
+``<run.out_dir>/test_evaluation.json`` (atomically). Training never reads the test split; this
+is the only reader.
+
+With ``task.report_split=validation`` the same report is made on the validation breasts (the
+ones ``best/`` and the recipe were chosen on, so the figures are optimistic), without the
+linear probe (it chooses its step on them), and written to ``validation_evaluation.json``: an
+analysis that leaves the test split unread.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from medvl_engine._atomic import atomic_write
+from medvl_engine.errors import ConfigError
+from medvl_engine.evaluation.mammo_subgroups import CANCER_KEY, SUBGROUP_SEPARATOR
 from medvl_engine.training.config import RunConfig
 
 if TYPE_CHECKING:
@@ -34,10 +43,12 @@ if TYPE_CHECKING:
     from medvl_engine.models.topksiglip import TopKSigLIP
     from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
 
-__all__ = ["evaluate_test_split", "LEVEL", "RESULT_NAME"]
+__all__ = ["evaluate_test_split", "LEVEL", "REPORT_SPLITS", "RESULT_NAME", "VALIDATION_RESULT_NAME"]
 
 LEVEL = 0.95
 RESULT_NAME = "test_evaluation.json"
+VALIDATION_RESULT_NAME = "validation_evaluation.json"
+REPORT_SPLITS = ("test", "validation")
 # Shown first, in this order; the other metrics follow sorted by name.
 _HEADLINE = (
     "auroc_cancer",
@@ -137,12 +148,13 @@ def _print_report(
     over_seeds: dict[str, tuple[float, float, int]],
     baseline: dict[str, tuple[float, float, float, float]],
     chosen: dict[str, str],
-    test_breasts: int,
+    split_line: str,
+    counts: dict[str, tuple[int, int]],
 ) -> None:
     headers = ["model" if entry["seed"] is None else f"seed {entry['seed']}" for entry in per_model]
     print(
-        f"TopKSigLIP test split: {test_breasts} breasts, never read in training; "
-        f"value [{LEVEL:.0%} bootstrap interval over breasts]; AUROC chance = 0.5"
+        f"TopKSigLIP {split_line}; value [{LEVEL:.0%} bootstrap interval over breasts]; "
+        "AUROC chance = 0.5"
     )
     for header, entry in zip(headers, per_model, strict=True):
         print(f"  {header}: {entry['model']}")
@@ -157,7 +169,15 @@ def _print_report(
     print(
         f"  {'metric':<{name_width}}" + "".join(f"{c:<{width}}" for c in columns) + "baseline reads"
     )
-    for key in _ordered(keys):
+    subgroups = [key for key in counts if key in keys]
+    for key in _ordered(keys - set(subgroups)) + subgroups:
+        if subgroups and key == subgroups[0]:
+            print(
+                f"  cancer AUROC by finding: the cancer score over a subset of the breasts "
+                f"({CANCER_KEY}{SUBGROUP_SEPARATOR}with_<finding>: those cancers vs every "
+                "breast without cancer; vs_benign_<finding>: every cancer vs the breasts "
+                "without cancer showing it)"
+            )
         cells = [_shown(entry["metrics"].get(key), key) for entry in per_model]
         if several:
             cells.append(_mean_std(over_seeds.get(key), len(per_model)))
@@ -167,7 +187,9 @@ def _print_report(
         elif key.endswith("_avg") and key in baseline:
             reads = "mean of each class's best"
         else:
-            reads = chosen.get(key, "")
+            reads = chosen.get(key.split(SUBGROUP_SEPARATOR)[0], "")
+        if key in counts:
+            reads = f"{reads} ({counts[key][0]} cancers / {counts[key][1]} without)".lstrip()
         print(f"  {key:<{name_width}}" + "".join(f"{c:<{width}}" for c in cells) + reads)
 
 
@@ -176,7 +198,8 @@ def evaluate_test_split(
     task_config: TopKSigLIPTaskConfig,
     task_class: type[TopKSigLIPTask],
 ) -> int:
-    """Score the saved model(s) on the test split; print and write the report; exit status.
+    """Score the saved model(s) on the test split (or, with ``task.report_split=validation``,
+    on the validation breasts); print and write the report; exit status.
 
     ``task_class`` is :class:`~medvl_engine.training.topksiglip_task.TopKSigLIPTask` (passed
     in by that module's ``eval`` action, so this module does not import the task).
@@ -187,28 +210,55 @@ def evaluate_test_split(
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     from medvl_engine.evaluation.mammo_baselines import baseline_readouts
+    from medvl_engine.evaluation.mammo_subgroups import subgroup_counts, with_cancer_subgroups
     from medvl_engine.evaluation.mammography import bootstrap_readouts, model_readouts
     from medvl_engine.training._seeds import mean_std_over_seeds
 
+    split = task_config.report_split
+    if split not in REPORT_SPLITS:
+        raise ConfigError(
+            f"task.report_split={split!r} is not one of {list(REPORT_SPLITS)}; use test for the "
+            "report, validation for an analysis of the breasts best/ was chosen on."
+        )
+    on_validation = split == "validation"
     models = _models(run_config, task_config)
     device = _device(run_config.device)
-    # The training and validation splits are read only for the linear probe.
-    task = task_class(task_config, run_config, read_train_val=task_config.linear_probe)
+    probe = task_config.linear_probe and not on_validation
+    # The training and validation splits are read only for the linear probe or a validation
+    # report.
+    task = task_class(task_config, run_config, read_train_val=probe or on_validation)
     task.progress = _progress
-    test_set = task.dataset(task.test_records())
+    if on_validation:
+        if task.eval_set is None:
+            raise ConfigError(
+                "task.report_split=validation, but the task has no validation breasts; set "
+                "task.synthetic_eval or give the manifest rows of task.eval_split."
+            )
+        breasts = task.eval_set
+        split_name = task_config.eval_split if task_config.manifest else "synthetic_eval"
+        split_line = (
+            f"validation split: {len(breasts)} breasts, the ones best/ and the recipe were "
+            "chosen on (optimistic figures; the report is task.report_split=test)"
+        )
+    else:
+        breasts = task.dataset(task.test_records())
+        split_name = task_config.test_split if task_config.manifest else "synthetic_test"
+        split_line = f"test split: {len(breasts)} breasts, never read in training"
     resamples, seed = task_config.bootstrap_resamples, task_config.seed
-    _progress(f"trivial baselines on {len(test_set)} test breasts")
-    baseline_table, chosen = baseline_readouts(test_set, task.geometry)
+    _progress(f"trivial baselines on {len(breasts)} {split} breasts")
+    baseline_table, chosen = baseline_readouts(breasts, task.geometry)
+    baseline_table = with_cancer_subgroups(baseline_table)
     baseline = bootstrap_readouts(baseline_table, resamples, seed, LEVEL)
     per_model = []
     for model_seed, source in models:
         _progress(f"scoring {source}")
         model = task.load_saved(source, device)
         table, outputs = model_readouts(
-            model, test_set, k=task_config.eval_k, k_sweep=task._k_sweep()
+            model, breasts, k=task_config.eval_k, k_sweep=task._k_sweep()
         )
-        if task_config.linear_probe:
+        if probe:
             table = table.with_scores(*_probe_columns(task, model, outputs))
+        table = with_cancer_subgroups(table)
         per_model.append(
             {
                 "seed": model_seed,
@@ -219,10 +269,21 @@ def evaluate_test_split(
     over_seeds = mean_std_over_seeds(
         [{key: values[0] for key, values in entry["metrics"].items()} for entry in per_model]
     )
-    _print_report(per_model, over_seeds, baseline, chosen, len(test_set))
+    counts = subgroup_counts(baseline_table)
+    _print_report(per_model, over_seeds, baseline, chosen, split_line, counts)
+
+    def records(
+        metrics: dict[str, tuple[float, float, float, float]], subgroups: bool
+    ) -> dict[str, dict[str, float | None]]:
+        return {
+            key: _interval_record(values)
+            for key, values in metrics.items()
+            if (SUBGROUP_SEPARATOR in key) == subgroups
+        }
+
     result = {
-        "split": task_config.test_split if task_config.manifest else "synthetic_test",
-        "test_breasts": len(test_set),
+        "split": split_name,
+        f"{'validation' if on_validation else 'test'}_breasts": len(breasts),
         "level": LEVEL,
         "bootstrap_resamples": resamples,
         "bootstrap_seed": seed,
@@ -230,7 +291,8 @@ def evaluate_test_split(
             {
                 "seed": entry["seed"],
                 "model": entry["model"],
-                "metrics": {k: _interval_record(v) for k, v in entry["metrics"].items()},
+                "metrics": records(entry["metrics"], subgroups=False),
+                "cancer_by_finding": records(entry["metrics"], subgroups=True),
             }
             for entry in per_model
         ],
@@ -239,16 +301,21 @@ def evaluate_test_split(
             for key, (mean, std, count) in over_seeds.items()
         },
         "baseline": {
-            "metrics": {k: _interval_record(v) for k, v in baseline.items()},
+            "metrics": records(baseline, subgroups=False),
+            "cancer_by_finding": records(baseline, subgroups=True),
             "reads": chosen,
+        },
+        "cancer_by_finding_breasts": {
+            key: {"cancers": cancers, "without_cancer": others}
+            for key, (cancers, others) in counts.items()
         },
     }
     out_dir = Path(run_config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = atomic_write(
-        out_dir / RESULT_NAME,
+        out_dir / (VALIDATION_RESULT_NAME if on_validation else RESULT_NAME),
         lambda temporary: temporary.write_text(json.dumps(result, indent=2), encoding="utf-8"),
-        what="test evaluation",
+        what=f"{split} evaluation",
     )
     print(f"written: {path}")
     return 0

@@ -133,6 +133,9 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # action scores it on the test split instead of the run's best/ models.
     init_from: str | None = None
     bootstrap_resamples: int = 1000  # eval action: resamples of the test breasts per interval
+    # eval action: "test" (the report) or "validation" (an analysis of the breasts best/ and the
+    # recipe were chosen on; optimistic, no linear probe), written to its own file.
+    report_split: str = "test"
 
     def model_config(self) -> TopKSigLIPConfig:
         """The model's fields; the contrastive objectives have no logit bias (it would be a

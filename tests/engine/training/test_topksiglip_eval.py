@@ -129,6 +129,59 @@ def test_seeds_train_then_eval_prints_intervals_mean_std_and_baselines(
     assert float(line.group(1)) == pytest.approx(
         saved["models"][0]["metrics"]["auroc_cancer"]["value"], abs=5e-4
     )
+    # cancer AUROC by finding: its own block and section, never among the card's metrics
+    assert "cancer AUROC by finding" in out
+    breasts = saved["cancer_by_finding_breasts"]
+    assert set(breasts) >= {"auroc_cancer:with_mass", "auroc_cancer:vs_normal"}
+    for model in saved["models"]:
+        assert not any(":" in key for key in model["metrics"])
+        assert set(model["cancer_by_finding"]) <= set(breasts)
+
+
+def test_a_validation_report_reads_the_validation_breasts_and_never_the_test_split(
+    tmp_path, capsys, write_recipe
+):
+    from medvl_engine.data.mammo_reports import FINDING_TYPES
+
+    recipe = write_recipe(tmp_path, synthetic_dir=str(tmp_path / "cohort"), synthetic_eval=8)
+    assert train_main(["topksiglip", "--config", str(recipe)]) == 0
+    cohort = next((tmp_path / "cohort").iterdir())
+    assert not (cohort / "test").exists()
+    capsys.readouterr()
+
+    args = ["topksiglip", "eval", "--config", str(recipe), "task.report_split=validation"]
+    assert train_main(args) == 0
+    out = capsys.readouterr().out
+    assert "TopKSigLIP validation split: 8 breasts, the ones best/ and the recipe were" in out
+    runs = tmp_path / "runs"
+    assert not (cohort / "test").exists() and not (runs / "test_evaluation.json").exists()
+    saved = json.loads((runs / "validation_evaluation.json").read_text())
+    assert saved["split"] == "synthetic_eval" and saved["validation_breasts"] == 8
+    (model,) = saved["models"]
+    assert not any(key.startswith("probe_") for key in model["metrics"])  # it would choose on them
+    # the breasts of each column are the validation records' own labels
+    task = build_task(
+        TopKSigLIPTaskConfig(**yaml.safe_load(recipe.read_text())["task"]),
+        RunConfig(out_dir=str(runs), progress=False),
+    )
+    records = task.eval_set.records
+    for kind in FINDING_TYPES:
+        name = kind.replace(" ", "_")
+        cancers = sum(bool(r.cancer) and kind in r.findings for r in records)
+        without = sum(not r.cancer for r in records)
+        assert saved["cancer_by_finding_breasts"][f"auroc_cancer:with_{name}"] == {
+            "cancers": cancers,
+            "without_cancer": without,
+        }
+
+
+def test_an_unknown_report_split_stops_with_one_sentence(tmp_path, capsys, write_recipe):
+    recipe = write_recipe(tmp_path)
+    args = ["topksiglip", "eval", "--config", str(recipe), "task.report_split=train"]
+    assert train_main(args) != 0
+    err = capsys.readouterr().err
+    assert "task.report_split='train' is not one of ['test', 'validation']" in err
+    assert "Traceback" not in err
 
 
 def test_a_saved_model_is_evaluated_with_zero_epochs_and_by_the_eval_action(
