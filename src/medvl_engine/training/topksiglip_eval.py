@@ -193,6 +193,26 @@ def _print_report(
         print(f"  {key:<{name_width}}" + "".join(f"{c:<{width}}" for c in cells) + reads)
 
 
+def _report_breasts(task: TopKSigLIPTask, on_validation: bool) -> tuple[Any, str, str]:
+    """``(dataset, split name, report header)`` of the breasts the eval action reports on."""
+    config = task.config
+    if not on_validation:
+        breasts = task.dataset(task.test_records())
+        name = config.test_split if config.manifest else "synthetic_test"
+        return breasts, name, f"test split: {len(breasts)} breasts, never read in training"
+    if task.eval_set is None:
+        raise ConfigError(
+            "task.report_split=validation, but the task has no validation breasts; set "
+            "task.synthetic_eval or give the manifest rows of task.eval_split."
+        )
+    name = config.eval_split if config.manifest else "synthetic_eval"
+    header = (
+        f"validation split: {len(task.eval_set)} breasts, the ones best/ and the recipe were "
+        "chosen on (optimistic; the test report is task.report_split=test)"
+    )
+    return task.eval_set, name, header
+
+
 def evaluate_test_split(
     run_config: RunConfig,
     task_config: TopKSigLIPTaskConfig,
@@ -228,22 +248,7 @@ def evaluate_test_split(
     # report.
     task = task_class(task_config, run_config, read_train_val=probe or on_validation)
     task.progress = _progress
-    if on_validation:
-        if task.eval_set is None:
-            raise ConfigError(
-                "task.report_split=validation, but the task has no validation breasts; set "
-                "task.synthetic_eval or give the manifest rows of task.eval_split."
-            )
-        breasts = task.eval_set
-        split_name = task_config.eval_split if task_config.manifest else "synthetic_eval"
-        split_line = (
-            f"validation split: {len(breasts)} breasts, the ones best/ and the recipe were "
-            "chosen on (optimistic figures; the report is task.report_split=test)"
-        )
-    else:
-        breasts = task.dataset(task.test_records())
-        split_name = task_config.test_split if task_config.manifest else "synthetic_test"
-        split_line = f"test split: {len(breasts)} breasts, never read in training"
+    breasts, split_name, split_line = _report_breasts(task, on_validation)
     resamples, seed = task_config.bootstrap_resamples, task_config.seed
     _progress(f"trivial baselines on {len(breasts)} {split} breasts")
     baseline_table, chosen = baseline_readouts(breasts, task.geometry)
