@@ -14,8 +14,11 @@ Soft Dice loss already uses, never the report or the finding labels.
 
 With ``malignancy_weight`` lambda > 0 a second output h_m of the head also tells the ROI patches
 of breasts with cancer from those of breasts without (the breast-level cancer outcome, a
-training label the tabular target already holds; a secondary finding of a cancer breast counts
-as its breast does):
+training label the tabular target already holds). A breast-level outcome does not say which of
+two findings is the cancer: by default every ROI of a cancer breast counts as malignant; with
+``sole_finding_outcome`` only the ROIs of breasts with one kind of finding carry the outcome,
+and those of breasts with several kinds are left out of this term (a benign calcification
+beside a malignant mass would otherwise be taught as malignant):
 
     L = L_lesion + lambda * BCE over ROI patches with a known outcome (h_m(f(x_i)), c_i)
 
@@ -44,6 +47,7 @@ from medvl_engine.models import _convnext
 if TYPE_CHECKING:
     from transformers import ConvNextModel
 
+    from medvl_engine.data.mammo_manifest import MammoRecord
     from medvl_engine.models.topksiglip import TopKSigLIP
 
 __all__ = [
@@ -90,6 +94,15 @@ def _brightest_spots(image: np.ndarray, count: int, apart: int) -> list[tuple[in
     return spots
 
 
+def _roi_outcome(record: MammoRecord, sole_finding_outcome: bool) -> float:
+    """The cancer outcome an ROI patch of ``record`` is rated with (NaN: not rated)."""
+    if record.cancer is None:
+        return float("nan")
+    if sole_finding_outcome and len(set(record.findings or [])) != 1:
+        return float("nan")
+    return float(record.cancer)
+
+
 def lesion_patches(
     dataset: MammoDataset,
     patch_size: int,
@@ -97,6 +110,7 @@ def lesion_patches(
     jitter: float = 0.2,
     seed: int = 0,
     bright_normals_per_breast: int = 0,
+    sole_finding_outcome: bool = False,
 ) -> LesionPatches:
     """Lesion and normal-tissue patches from the (unaugmented) breasts of ``dataset``.
 
@@ -104,7 +118,8 @@ def lesion_patches(
     ``normals_per_breast`` patches of mostly tissue from each breast without findings or ROIs,
     plus ``bright_normals_per_breast`` patches centred on its brightest spots (hard negatives:
     calcified vessels, coarse benign calcifications, skin markers and dense islands are bright
-    but are not findings).
+    but are not findings). With ``sole_finding_outcome`` an ROI patch carries its breast's
+    cancer outcome only when the breast's findings are of one kind (NaN, not rated, otherwise).
     """
     rng = np.random.default_rng(seed)
     shift = int(round(jitter * patch_size))
@@ -126,7 +141,7 @@ def lesion_patches(
                 top = int(np.clip(round(cy - patch_size / 2), 0, limit))
                 patches.append(_crop(image, left, top, patch_size))
                 labels.append(1.0)
-                cancer.append(float("nan") if record.cancer is None else float(record.cancer))
+                cancer.append(_roi_outcome(record, sole_finding_outcome))
         elif not record.findings:
             for _ in range(normals_per_breast):
                 for _attempt in range(50):

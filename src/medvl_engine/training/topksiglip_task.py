@@ -118,6 +118,9 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # Weight of its second term: ROI patches of breasts with vs without cancer (0: lesion vs
     # normal only).
     lesion_pretrain_malignancy: float = 0.0
+    # Only the ROIs of breasts with one kind of finding carry the outcome in that term (the
+    # breast-level label does not say which of two findings is the cancer).
+    lesion_pretrain_sole_finding_outcome: bool = False
     # Normal patches centred on the brightest spots of each breast without findings (hard
     # negatives), in addition to two random tissue patches per such breast.
     lesion_pretrain_bright_normals: int = 0
@@ -452,6 +455,7 @@ class TopKSigLIPTask:
             self.geometry.patch_size,
             seed=config.seed,
             bright_normals_per_breast=config.lesion_pretrain_bright_normals,
+            sole_finding_outcome=config.lesion_pretrain_sole_finding_outcome,
         )
         if self.progress is not None:
             positives = int(patches.labels.sum())

@@ -125,6 +125,21 @@ def test_lesion_patches_carry_the_breast_outcome():
     assert data.cancer.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
 
 
+def test_only_breasts_with_one_kind_of_finding_rate_their_rois_with_sole_finding_outcome():
+    dataset, _ = _toy_dataset(8, malignant_squares=True)
+    # breast 7 (cancer) also shows calcifications, breast 5 (no cancer) a second mass box
+    dataset.records[7].findings = ["mass", "calcification"]
+    dataset.records[5].findings = ["mass", "mass"]
+    every = lesion_patches(dataset, PATCH, normals_per_breast=1, jitter=0.0)
+    sole = lesion_patches(
+        dataset, PATCH, normals_per_breast=1, jitter=0.0, sole_finding_outcome=True
+    )
+    assert every.cancer.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert sole.cancer[:7].tolist() == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    assert torch.isnan(sole.cancer[7])  # which of its two findings is the cancer is unknown
+    assert torch.equal(sole.patches, every.patches) and torch.equal(sole.labels, every.labels)
+
+
 def test_pretraining_with_the_malignancy_term_tells_cancer_rois_apart():
     train_data = lesion_patches(
         _toy_dataset(128, seed=2, malignant_squares=True)[0], PATCH, jitter=0.1, seed=2
