@@ -46,7 +46,7 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	for b in bench/bench_*.py; do echo "== $$b"; tools/with_display.sh --optional $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
