@@ -56,7 +56,7 @@ view is about 400 um tall), so no pan finds tiles an earlier one decoded."""
 BENCH_WINDOW = (1066, 651)
 """Main-window size (width, height) of every viewer the benches open: the size napari opens
 with on the 1600 x 1000 screen of tools/with_display.sh when it has no saved size. Drawing
-on a software-rendered display costs time in proportion to the canvas's pixels
+on a software-rendered display costs more time the more pixels the canvas has
 (bench_display_floor.py), so a window size saved by an earlier session would move every gap."""
 
 WINDOW_SETTINGS = (
