@@ -22,6 +22,10 @@ beside a malignant mass would otherwise be taught as malignant):
 
     L = L_lesion + lambda * BCE over ROI patches with a known outcome (h_m(f(x_i)), c_i)
 
+With ``malignancy_on_normals`` the normal patches (all from breasts without findings, so
+without cancer) join that term as benign: the bright-spot hard negatives (calcified vessels,
+coarse benign calcifications) are then taught as not malignant, not only as not lesions.
+
 :func:`pretrain_scorer_on_roi_cells` then trains the patch scorer (the backbone's first stages
 and the 1x1 scorer head, on whole breast images) so that the candidate softmax puts its mass on
 the ROI cells (:func:`~medvl_engine.losses.roi_pointing_loss`); without it the zero-initialised
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LesionPatches",
     "lesion_patches",
+    "malignancy_rated",
     "pretrain_on_lesion_patches",
     "pretrain_scorer_on_roi_cells",
 ]
@@ -180,16 +185,18 @@ def pretrain_on_lesion_patches(
     weight_decay: float = 0.05,
     seed: int = 0,
     malignancy_weight: float = 0.0,
+    malignancy_on_normals: bool = False,
 ) -> list[float]:
     """Train ``backbone`` (a transformers ConvNextModel) and a throwaway linear head, in place.
 
     Each step draws ``batch_size`` patches (random horizontal flips) and takes one AdamW step
-    on the loss above (lambda = ``malignancy_weight``; 0 = lesion vs normal alone). Returns the
+    on the loss above (lambda = ``malignancy_weight``; 0 = lesion vs normal alone; with
+    ``malignancy_on_normals`` the malignancy term also rates the normal patches). Returns the
     loss of every step.
     """
-    if malignancy_weight > 0 and (data.cancer is None or not _has_both_outcomes(data)):
+    if malignancy_weight > 0 and not _has_both_outcomes(data, malignancy_on_normals):
         raise DataError(
-            "the malignancy term of lesion pretraining needs ROI patches of breasts with and "
+            "the malignancy term of lesion pretraining needs patches of breasts with and "
             "without cancer; set task.lesion_pretrain_malignancy=0 for this cohort."
         )
     generator = torch.Generator().manual_seed(seed)
@@ -211,7 +218,7 @@ def pretrain_on_lesion_patches(
         loss = F.binary_cross_entropy_with_logits(logits[:, 0], data.labels[chosen].to(device))
         if malignancy_weight > 0 and data.cancer is not None:
             outcome = data.cancer[chosen].to(device)
-            rated = (data.labels[chosen].to(device) > 0) & ~torch.isnan(outcome)
+            rated = malignancy_rated(data.labels[chosen].to(device), outcome, malignancy_on_normals)
             if bool(rated.any()):
                 loss = loss + malignancy_weight * F.binary_cross_entropy_with_logits(
                     logits[rated, 1], outcome[rated]
@@ -232,12 +239,20 @@ def _optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, stage:
     return value
 
 
-def _has_both_outcomes(data: LesionPatches) -> bool:
-    """True when the ROI patches hold breasts with cancer and breasts without."""
+def malignancy_rated(
+    labels: torch.Tensor, cancer: torch.Tensor, on_normals: bool = False
+) -> torch.Tensor:
+    """The patches ``[M]`` (bool) the malignancy term rates: those with a known outcome
+    (``cancer [M]`` not NaN) that are ROI patches (``labels [M]`` 1), or any with ``on_normals``."""
+    rated = ~torch.isnan(cancer)
+    return rated if on_normals else rated & (labels > 0)
+
+
+def _has_both_outcomes(data: LesionPatches, on_normals: bool) -> bool:
+    """True when the patches the malignancy term rates hold breasts with and without cancer."""
     if data.cancer is None:
         return False
-    outcome = data.cancer[data.labels > 0]
-    outcome = outcome[~torch.isnan(outcome)]
+    outcome = data.cancer[malignancy_rated(data.labels, data.cancer, on_normals)]
     return bool((outcome == 1).any() and (outcome == 0).any())
 
 

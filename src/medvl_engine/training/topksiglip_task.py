@@ -121,6 +121,9 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # Only the ROIs of breasts with one kind of finding carry the outcome in that term (the
     # breast-level label does not say which of two findings is the cancer).
     lesion_pretrain_sole_finding_outcome: bool = False
+    # The normal patches (breasts without findings) join that term as not malignant, so the
+    # bright-spot hard negatives are taught as benign, not only as not lesions.
+    lesion_pretrain_malignancy_normals: bool = False
     # Normal patches centred on the brightest spots of each breast without findings (hard
     # negatives), in addition to two random tissue patches per such breast.
     lesion_pretrain_bright_normals: int = 0
@@ -470,6 +473,7 @@ class TopKSigLIPTask:
             lr=config.lesion_pretrain_lr,
             seed=config.seed,
             malignancy_weight=config.lesion_pretrain_malignancy,
+            malignancy_on_normals=config.lesion_pretrain_malignancy_normals,
         )
         tail = losses[-min(len(losses), 20) :]
         self.lesion_pretrain_loss = sum(tail) / len(tail)

@@ -16,6 +16,7 @@ from medvl_engine.training import RunConfig, train
 from medvl_engine.training.lesion_pretrain import (
     LesionPatches,
     lesion_patches,
+    malignancy_rated,
     pretrain_on_lesion_patches,
     pretrain_scorer_on_roi_cells,
 )
@@ -184,6 +185,35 @@ def test_malignancy_term_needs_both_outcomes():
     backbone = _convnext.build_convnext([1, 1, 1, 1], [8, 16, 32, 64])
     with pytest.raises(DataError, match="lesion_pretrain_malignancy=0"):
         pretrain_on_lesion_patches(backbone, data, steps=1, malignancy_weight=1.0)
+
+
+def test_malignancy_term_rates_normal_patches_as_benign_with_malignancy_on_normals():
+    dataset, _ = _toy_dataset(8, malignant_squares=True)
+    data = lesion_patches(dataset, PATCH, normals_per_breast=1, jitter=0.0)
+    assert data.cancer is not None
+    # patches: normal, 6 px ROI, normal, 12 px ROI (cancer), ... (see the test above)
+    rois_only = malignancy_rated(data.labels, data.cancer)
+    with_normals = malignancy_rated(data.labels, data.cancer, on_normals=True)
+    assert rois_only.tolist() == [False, True] * 4
+    assert with_normals.tolist() == [True] * 8
+    assert data.cancer[with_normals & (data.labels == 0)].tolist() == [0.0] * 4
+    data.cancer[1] = float("nan")  # an ROI whose outcome is unknown stays unrated
+    assert not malignancy_rated(data.labels, data.cancer, on_normals=True)[1]
+
+
+def test_malignancy_on_normals_trains_when_every_roi_is_a_cancer():
+    dataset, _ = _toy_dataset(8, malignant_squares=True)
+    for record in dataset.records:
+        record.cancer = bool(record.findings)  # no benign finding: the ROIs are all cancers
+    data = lesion_patches(dataset, PATCH, normals_per_breast=1, jitter=0.0)
+    torch.manual_seed(0)
+    backbone = _convnext.build_convnext([1, 1, 1, 1], [8, 16, 32, 64])
+    with pytest.raises(DataError, match="patches of breasts with and without cancer"):
+        pretrain_on_lesion_patches(backbone, data, steps=1, malignancy_weight=1.0)
+    losses = pretrain_on_lesion_patches(
+        backbone, data, steps=3, malignancy_weight=1.0, malignancy_on_normals=True
+    )
+    assert len(losses) == 3 and all(np.isfinite(losses))
 
 
 def test_lesion_patches_need_both_kinds():
