@@ -22,7 +22,7 @@ import numpy as np
 
 from napari_medvl._event_turns import GLYPH_RANKS, GLYPHS_SCORE
 from napari_medvl._layers import LayerData, heatmap_result_layers
-from napari_medvl._widget_common import one_refresh, set_if_changed
+from napari_medvl._widget_common import add_layer, one_refresh, set_if_changed
 
 __all__ = [
     "PENDING_KIND",
@@ -111,8 +111,6 @@ def prepare_overlay(viewer: Any, key: str, layer_type: str, build: Any) -> Any:
     of adding one; otherwise ``build()`` gives the pending layer's data (see
     ``pending_image_layer``). Returns the layer.
     """
-    from napari.layers import Layer
-
     existing = find_overlay(viewer, key, layer_type)
     if existing is not None:
         return existing
@@ -128,7 +126,7 @@ def prepare_overlay(viewer: Any, key: str, layer_type: str, build: Any) -> Any:
             if layer_type == "image" and layer.colormap.name != kwargs["colormap"].name:
                 layer.colormap = kwargs["colormap"]
             return layer
-    return viewer.add_layer(Layer.create(*build()))
+    return add_layer(viewer, build())
 
 
 def _update_image(layer: Any, layer_data: LayerData) -> None:
@@ -191,12 +189,10 @@ def show_overlay(
     the colours that read best on the new map. Returns the heatmap image layer (None when
     it is neither updated nor there).
     """
-    from napari.layers import Layer
-
     layers = heatmap_result_layers(outcome, frame, overlay_key=key, **style)
     image = find_overlay(viewer, key, "image")
     if with_image and image is None:
-        image = viewer.add_layer(Layer.create(*layers[0]))
+        image = add_layer(viewer, layers[0])
     elif with_image:
         _update_image(image, layers[0])
     if recolor_labels is None:
@@ -210,7 +206,7 @@ def show_overlay(
     if with_boxes:
         boxes = find_overlay(viewer, key, "shapes")
         if len(layers) > 1 and boxes is None:
-            viewer.add_layer(Layer.create(*layers[1]))
+            add_layer(viewer, layers[1])
             if image is not None:
                 viewer.layers.selection.active = image
         elif len(layers) > 1:

@@ -47,7 +47,7 @@ from napari_medvl._topk_job import (
     preload_topk_model,
     topk_job,
 )
-from napari_medvl._widget_common import JobControls, layers_of_kind, upsert_layer
+from napari_medvl._widget_common import JobControls, add_layer, layers_of_kind, upsert_layer
 
 __all__ = ["DEFAULT_MODEL", "TopKWidget"]
 
@@ -329,8 +329,6 @@ class TopKWidget(Container):
         """Add (or take over) one pending layer per event-loop turn; shapes layers wait for
         pandas, imported in the background. A result queued meanwhile fills what exists and
         adds the rest itself."""
-        from napari.layers import Layer
-
         if not self._preparing or self._queued or not viewer_open(self._viewer):
             if self._adding_pending and not self._queued:  # the pair's layers are all there
                 later(self.native, MODEL_AFTER_LAYERS_MS, self._preload_model)
@@ -345,9 +343,7 @@ class TopKWidget(Container):
         if name in self._viewer.layers or self._pending_layer(name) is not None:
             layer = None
         else:
-            layer = self._take_over_pending(layer_data) or self._viewer.add_layer(
-                Layer.create(*layer_data)
-            )
+            layer = self._take_over_pending(layer_data) or add_layer(self._viewer, layer_data)
         if layer is not None and name.split(" ")[-2] == "labels":
             show_glyphs(self.native, self._viewer, layer, TOPK_PENDING_KIND, GLYPH_RANKS[1:])
         later(self.native, 0, self._add_next_pending)

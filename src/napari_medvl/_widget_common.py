@@ -12,7 +12,14 @@ from napari_medvl._job_runner import JobRunner
 from napari_medvl._layers import LayerData
 from napari_medvl._progress import Progress
 
-__all__ = ["JobControls", "layers_of_kind", "one_refresh", "set_if_changed", "upsert_layer"]
+__all__ = [
+    "JobControls",
+    "add_layer",
+    "layers_of_kind",
+    "one_refresh",
+    "set_if_changed",
+    "upsert_layer",
+]
 
 
 def layers_of_kind(viewer: Any, kind: str) -> list[tuple[str, Any]]:
@@ -24,6 +31,19 @@ def layers_of_kind(viewer: Any, kind: str) -> list[tuple[str, Any]]:
     ]
 
 
+def add_layer(viewer: Any, layer_data: LayerData) -> Any:
+    """Add the layer to ``viewer``; a shapes layer's meshes then keep their shader programs
+    when its rectangles are replaced (``_mesh_shaders``). Returns the layer."""
+    from napari.layers import Layer
+
+    from napari_medvl._mesh_shaders import keep_mesh_shaders
+
+    layer = viewer.add_layer(Layer.create(*layer_data))
+    if layer_data[2] == "shapes":
+        keep_mesh_shaders(viewer, layer)
+    return layer
+
+
 def upsert_layer(viewer: Any, layer_data: LayerData) -> Any:
     """Add the layer, or replace the data and settings of a same-named layer of the same type.
 
@@ -31,8 +51,6 @@ def upsert_layer(viewer: Any, layer_data: LayerData) -> Any:
     layers and rectangle shapes layers are updated in place (removing a layer makes napari
     collect garbage on the GUI thread, about a second each); other kinds are replaced.
     """
-    from napari.layers import Layer
-
     data, kwargs, layer_type = layer_data
     name = kwargs.get("name")
     if name in viewer.layers and type(viewer.layers[name]).__name__.lower() == layer_type:
@@ -40,9 +58,7 @@ def upsert_layer(viewer: Any, layer_data: LayerData) -> Any:
         if _update_in_place(existing, data, kwargs, layer_type):
             return existing
         viewer.layers.remove(name)
-    layer = Layer.create(data, kwargs, layer_type)
-    viewer.add_layer(layer)
-    return layer
+    return add_layer(viewer, layer_data)
 
 
 _IMAGE_SETTINGS = ("affine", "scale", "translate", "colormap", "opacity", "blending")
