@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = ["keep_mesh_shaders"]
 
+
 def _shape_meshes(viewer: Any, layer: Any) -> tuple[Any, ...]:
     """The face and highlight meshes of ``layer``'s canvas visual, or () where napari differs."""
     try:
