@@ -12,6 +12,9 @@ and the same pyramid held in memory (no reads, no decoding): the floor that draw
 on this display. The first heatmap (features extracted, visible patches first) and a
 re-prompt are measured on the progressive levels with synchronous slicing, and beside the
 re-prompts the same number of bare redraws (the heatmap layer's contrast limits changed).
+The re-prompts run four times, alternately with the top-patch layer's mesh shader programs
+kept across new rectangles (napari_medvl._mesh_shaders, what the dock does) and rebuilt for
+each new set (vispy's default), and the two are compared.
 Opening the heatmap dock is measured too: it adds the slide's overlay layers, empty, when it
 binds the slide (a result then only fills them), and only then loads its model in the
 background, measured as a phase of its own (importing torch holds the GIL in one long
@@ -180,6 +183,62 @@ def _bare_redraws(app, probe, layer) -> str:
     return probe.summary()
 
 
+def _reprompts(app, probe, widget, heat) -> tuple[list[float], list[float]]:
+    """The gaps (ms) while the dock shows the results of ``REPROMPTS``, one after another, and
+    each one's time (s) from Run to the heatmap layer's new data. One result is shown before
+    the probe starts (a pass that keeps the mesh programs compiles them once, there)."""
+    updated: list[float] = []
+
+    def data_set(_event: object = None) -> None:
+        updated.append(time.perf_counter())
+
+    heat.events.data.connect(data_set)
+    times = []
+    for index, prompt in enumerate((REPROMPTS[-1], *REPROMPTS)):
+        if index == 1:
+            probe.start()
+        updated.clear()
+        widget.prompts.value = prompt
+        started = time.perf_counter()
+        widget.run()
+        while widget.runner.running or not updated:
+            _settle(app, 0.01)
+        times.append(updated[0] - started)
+        _settle(app, 0.3)
+    probe.stop()
+    heat.events.data.disconnect(data_set)
+    return list(probe.gaps_ms), times[1:]
+
+
+@contextmanager
+def _mesh_programs(viewer, boxes, keep: bool) -> Iterator[None]:
+    """With ``keep`` False, the top-patch layer's meshes rebuild their shader programs on new
+    rectangles as vispy does by default (napari_medvl._mesh_shaders keeps them); put back
+    afterwards."""
+    from napari_medvl._mesh_shaders import keep_mesh_shaders
+
+    assert keep_mesh_shaders(viewer, boxes), "this napari has no shapes meshes to keep"
+    node = viewer.window._qt_viewer.canvas.layer_to_visual[boxes].node
+    meshes = (node.shape_faces, node.shape_highlights)
+    kept = [vars(mesh)["_build_color_transform"] for mesh in meshes]
+    if not keep:
+        for mesh in meshes:
+            del mesh._build_color_transform  # the class's own method again
+    try:
+        yield
+    finally:
+        for mesh, build in zip(meshes, kept, strict=True):
+            mesh._build_color_transform = build
+
+
+def _gaps_summary(gaps_ms: list[float]) -> str:
+    """The StallProbe summary of gaps pooled from several probe runs."""
+    return (
+        f"worst {max(gaps_ms):7.1f} ms, p99 {np.percentile(gaps_ms, 99):6.1f} ms, "
+        f"{len(gaps_ms)} ticks"
+    )
+
+
 def _topk_display(app, probe, scratch: Path) -> list[tuple[str, float, float]]:
     """The TopK dock on a synthetic mammogram pair (topksiglip-demo, K = ``TOPK_K``): probe
     summary, worst and p99 ms from Run until the boxes are shown, a first run and a re-run."""
@@ -303,21 +362,20 @@ def main() -> None:
                     lay for lay in viewer.layers if lay.metadata.get("medvl_kind") == "heatmap"
                 )
 
-                updated: list[float] = []
-                heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
-                reprompt_s = []
-                probe.start()
-                for prompt in REPROMPTS:
-                    updated.clear()
-                    widget.prompts.value = prompt
-                    started = time.perf_counter()
-                    widget.run()
-                    while widget.runner.running or not updated:
-                        _settle(app, 0.01)
-                    reprompt_s.append(updated[0] - started)
-                    _settle(app, 0.3)
-                probe.stop()
-                reprompt = probe.summary()
+                boxes = next(
+                    lay
+                    for lay in viewer.layers
+                    if type(lay).__name__ == "Shapes"
+                    and lay.metadata.get("overlay_key") == heat.metadata.get("overlay_key")
+                )
+                kept_gaps, rebuilt_gaps, reprompt_s = [], [], []
+                for keep in (True, False, True, False):  # alternated: the machine drifts
+                    with _mesh_programs(viewer, boxes, keep):
+                        gaps, times = _reprompts(app, probe, widget, heat)
+                    (kept_gaps if keep else rebuilt_gaps).extend(gaps)
+                    reprompt_s.extend(times if keep else [])
+                reprompt = _gaps_summary(kept_gaps)
+                rebuilt = _gaps_summary(rebuilt_gaps)
                 redraw = _bare_redraws(app, probe, heat)
             finally:
                 settings.experimental.async_ = async_before
@@ -343,7 +401,13 @@ def main() -> None:
         print(f"then its model loading in the background  : {model_loading}")
         print(f"first heatmap (progressive levels): {first_heatmap}")
         print(f"first heatmap: Run to first overlay      : {first_overlay_s:8.2f} s")
-        print(f"{len(REPROMPTS)} re-prompts' result display: {reprompt}")
+        print(f"{2 * len(REPROMPTS)} re-prompts' result display: {reprompt}")
+        print(f"  the same, mesh programs rebuilt (napari's default): {rebuilt}")
+        print(
+            "  ratio rebuilt / kept, worst and p99     : "
+            f"{max(rebuilt_gaps) / max(kept_gaps):6.2f}x, "
+            f"{np.percentile(rebuilt_gaps, 99) / np.percentile(kept_gaps, 99):6.2f}x"
+        )
         print(f"{len(REPROMPTS)} bare redraws of that layer : {redraw}")
         print(f"first re-prompt: Run to updated layer    : {reprompt_s[0] * 1e3:8.1f} ms")
         later = statistics.median(reprompt_s[1:])
