@@ -36,9 +36,24 @@ def _shape_meshes(viewer: Any, layer: Any) -> tuple[Any, ...]:
     return meshes
 
 
-def _reusing(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``build(colors)``, except that RGBA colours get the function built the first time."""
-    built: list[Any] = []
+def _current_function(mesh: Any) -> Any:
+    """The colour-transform function ``mesh``'s programs hold now when it is the RGBA
+    pass-through (napari builds a shapes layer's face mesh as it adds the layer), else None."""
+    from vispy.visuals.shaders import Function, FunctionChain
+
+    try:
+        current = mesh.shared_program.vert["color_transform"]
+    except (KeyError, AttributeError):
+        return None
+    if isinstance(current, Function) and not isinstance(current, FunctionChain):
+        return current
+    return None
+
+
+def _reusing(build: Callable[[Any], Any], current: Any = None) -> Callable[[Any], Any]:
+    """``build(colors)``, except that RGBA colours always get one function: ``current`` (the
+    one the programs hold already), or else the first one built."""
+    built: list[Any] = [] if current is None else [current]
 
     def build_color_transform(colors: Any) -> Any:
         if colors.ndim == 2 and colors.shape[1] == 1:  # values through a colour map
@@ -61,5 +76,5 @@ def keep_mesh_shaders(viewer: Any, layer: Any) -> bool:
     for mesh in meshes:
         build = mesh._build_color_transform
         if not getattr(build, "keeps_rgba_function", False):
-            mesh._build_color_transform = _reusing(build)
+            mesh._build_color_transform = _reusing(build, _current_function(mesh))
     return bool(meshes)
