@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -74,6 +75,19 @@ def test_replaced_rectangles_draw_the_same_without_rebuilding_the_mesh_programs(
     magenta = (red > 120) & (blue > 120) & (green < 60)  # magenta at 0.7 opacity on black
     assert magenta.sum() > 200  # the rectangles were drawn
     np.testing.assert_array_equal(shots[True], shots[False])
+
+
+def test_a_dock_keeps_the_shaders_through_napari_s_public_only_proxies(make_napari_viewer):
+    from napari.utils._proxies import PublicOnlyProxy
+
+    viewer = make_napari_viewer()
+    proxy = PublicOnlyProxy(viewer)  # what napari hands a dock widget
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the proxy warns of any private attribute read
+        layer = add_layer(proxy, _top_patch_layer())
+    node = viewer.window._qt_viewer.canvas.layer_to_visual[viewer.layers[0]].node
+    assert getattr(node.shape_faces._build_color_transform, "keeps_rgba_function", False)
+    assert keep_mesh_shaders(proxy, layer) is True
 
 
 def test_keeping_shaders_is_a_no_op_where_napari_has_no_shapes_visual():
