@@ -34,6 +34,7 @@ head starts the Sup-sigmoid training picking patches at random.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -116,16 +117,20 @@ def lesion_patches(
     seed: int = 0,
     bright_normals_per_breast: int = 0,
     sole_finding_outcome: bool = False,
+    crops_per_roi: int = 1,
 ) -> LesionPatches:
     """Lesion and normal-tissue patches from the (unaugmented) breasts of ``dataset``.
 
-    One patch per ROI box, centred on it up to ``jitter * patch_size`` px; and
+    ``crops_per_roi`` patches per ROI box, each centred on it up to ``jitter * patch_size`` px
+    (drawn independently: the lesion at a different place in each); and
     ``normals_per_breast`` patches of mostly tissue from each breast without findings or ROIs,
     plus ``bright_normals_per_breast`` patches centred on its brightest spots (hard negatives:
     calcified vessels, coarse benign calcifications, skin markers and dense islands are bright
     but are not findings). With ``sole_finding_outcome`` an ROI patch carries its breast's
     cancer outcome only when the breast's findings are of one kind (NaN, not rated, otherwise).
     """
+    if crops_per_roi < 1:
+        raise DataError(f"crops per ROI box must be 1 or more, got {crops_per_roi}.")
     rng = np.random.default_rng(seed)
     shift = int(round(jitter * patch_size))
     patches: list[np.ndarray] = []
@@ -139,7 +144,7 @@ def lesion_patches(
             raise DataError(f"breast images of {side} px cannot hold {patch_size} px patches.")
         limit = side - patch_size
         if len(boxes):
-            for x0, y0, x1, y1 in boxes:
+            for (x0, y0, x1, y1), _ in itertools.product(boxes, range(crops_per_roi)):
                 cx = (x0 + x1) / 2 + rng.integers(-shift, shift + 1)
                 cy = (y0 + y1) / 2 + rng.integers(-shift, shift + 1)
                 left = int(np.clip(round(cx - patch_size / 2), 0, limit))

@@ -127,6 +127,8 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # Normal patches centred on the brightest spots of each breast without findings (hard
     # negatives), in addition to two random tissue patches per such breast.
     lesion_pretrain_bright_normals: int = 0
+    # Patches cut around each ROI box, each at its own random offset (1: one per box).
+    lesion_pretrain_roi_crops: int = 1
     # Steps of scorer pretraining after it (0: none): the candidate softmax of whole breast
     # images is pulled onto the ROI cells; the backbone trains at vision_lr_scale of its lr.
     scorer_pretrain_steps: int = 0
@@ -459,6 +461,7 @@ class TopKSigLIPTask:
             seed=config.seed,
             bright_normals_per_breast=config.lesion_pretrain_bright_normals,
             sole_finding_outcome=config.lesion_pretrain_sole_finding_outcome,
+            crops_per_roi=config.lesion_pretrain_roi_crops,
         )
         if self.progress is not None:
             positives = int(patches.labels.sum())

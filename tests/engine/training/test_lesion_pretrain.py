@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from medvl_engine.data.mammo_dataset import MammoDataset
 from medvl_engine.data.mammo_manifest import MammoRecord
@@ -99,6 +100,29 @@ def test_lesion_patches_are_centred_on_roi_boxes_and_normals_come_from_clean_bre
     assert not any(  # no normal patch holds a lesion's 6 x 6 block of bright pixels
         bool((torch.nn.functional.avg_pool2d(p, 6, stride=1) == 1.0).any()) for p in normals
     )
+
+
+def test_each_roi_box_gives_crops_per_roi_patches_at_their_own_offsets():
+    dataset, _ = _toy_dataset(8, malignant_squares=True)
+    one = lesion_patches(dataset, PATCH, normals_per_breast=1, jitter=0.25, seed=4)
+    again = lesion_patches(
+        dataset, PATCH, normals_per_breast=1, jitter=0.25, seed=4, crops_per_roi=1
+    )
+    assert torch.equal(one.patches, again.patches)  # the default is one crop a box, as before
+    three = lesion_patches(
+        dataset, PATCH, normals_per_breast=1, jitter=0.25, seed=4, crops_per_roi=3
+    )
+    assert three.labels.tolist() == ([0.0] + [1.0] * 3) * 4
+    assert three.cancer is not None
+    # breasts 0..7: clean, 6 px, clean, 12 px (cancer), clean, 6 px, clean, 12 px (cancer)
+    assert three.cancer.tolist() == ([0.0] * 4 + [0.0] + [1.0] * 3) * 2
+    for first in range(1, 16, 4):  # the three crops of one box
+        crops = three.patches[first : first + 3]
+        assert not torch.equal(crops[0], crops[1]) or not torch.equal(crops[1], crops[2])
+        # each still holds the whole lesion: a block of bright pixels at least 6 px a side
+        assert all(bool((F.avg_pool2d(c, 6, stride=1) == 1.0).any()) for c in crops)
+    with pytest.raises(DataError, match="crops per ROI box must be 1 or more"):
+        lesion_patches(dataset, PATCH, crops_per_roi=0)
 
 
 def test_bright_normals_are_centred_on_the_brightest_spots_of_clean_breasts():
