@@ -14,7 +14,7 @@ from qtpy.QtCore import Qt
 from qtpy.QtGui import QColor, QImage, QPixmap
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-__all__ = ["ColorBar", "colorbar_caption"]
+__all__ = ["ColorBar", "colorbar_caption", "legend_layer", "shows_legend"]
 
 _BAR_HEIGHT = 14
 
@@ -40,6 +40,26 @@ def colorbar_caption(metadata: dict[str, Any]) -> tuple[str, str]:
     if metadata.get("demo_notice"):
         lines.append(str(metadata["demo_notice"]))
     return title, "\n".join(lines)
+
+
+def shows_legend(layer: Any, kinds: tuple[str, ...]) -> bool:
+    """True for a colour-mapped MedVL overlay of one of ``kinds`` (``medvl_kind``): an image
+    layer whose metadata names the colour map it is drawn with."""
+    metadata = getattr(layer, "metadata", None) or {}
+    return (
+        metadata.get("medvl_kind") in kinds
+        and metadata.get("colormap") is not None
+        and hasattr(layer, "contrast_limits")
+    )
+
+
+def legend_layer(viewer: Any, kinds: tuple[str, ...]) -> Any:
+    """The overlay of ``kinds`` whose colour bar a dock opening on ``viewer`` shows: the
+    active layer when it is one, else the topmost one; None when there is none."""
+    active = viewer.layers.selection.active
+    if shows_legend(active, kinds):
+        return active
+    return next((layer for layer in reversed(viewer.layers) if shows_legend(layer, kinds)), None)
 
 
 class ColorBar(QWidget):
@@ -100,6 +120,10 @@ class ColorBar(QWidget):
         self.title.setText(title)
         self.details.setText(details)
         self.showing = True
+
+    def show_overlay(self, layer: Any) -> None:
+        """Show the bar of overlay ``layer`` (see ``shows_legend``) as it is drawn now."""
+        self.show_layer(layer.metadata, tuple(layer.contrast_limits))
 
     def clear(self) -> None:
         """No heatmap shown: an empty bar and a caption saying so."""

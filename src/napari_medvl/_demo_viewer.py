@@ -10,10 +10,11 @@ from napari_medvl._layers import (
     heatmap_layers,
     mammogram_layers,
     slide_layer,
-    topk_layers,
 )
 
 __all__ = ["save_screenshots", "scene_layers", "show_scene"]
+
+SETTLE_TURNS = 30
 
 
 def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
@@ -21,8 +22,10 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
 
     The heatmap is the overlay of its slide and mode (``overlay_key``), so the heatmap dock
     updates it in place instead of adding layers of its own."""
+    from medvl_engine.demo_models import demo_notice_for
     from medvl_engine.io.slide import open_slide
     from napari_medvl._heatmap_overlay import overlay_key
+    from napari_medvl._mammo_layers import readable_topk_layers
 
     slide_data = slide_layer(open_slide(scene.slide_path), name="synthetic H&E")
     slide_frame = WorldFrame.from_dict(slide_data[1]["metadata"]["world_frame"])
@@ -36,6 +39,7 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
                 scene.prompt,
                 store=scene.feature_store,
                 slide=slide_data[1]["metadata"]["slide"],
+                model=scene.model,
                 overlay_key=overlay_key(slide_data[1]["metadata"]["path"], scene.heatmap.mode),
             )
         )
@@ -52,9 +56,14 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
                 for view, (_, kwargs, _) in zip(("CC", "MLO"), mammo_layers, strict=True)
             }
             sources = {"CC": str(scene.cc_path), "MLO": str(scene.mlo_path)}
-            mammo_layers.extend(
-                topk_layers(scene.topk, scene.breast, frames, scene.laterality, sources=sources)
+            result_layers = readable_topk_layers(
+                scene.topk, scene.breast, frames, scene.laterality, sources=sources
             )
+            notice = demo_notice_for(scene.topk_model)
+            for _, kwargs, layer_type in result_layers:  # as the TopK dock draws its results
+                if layer_type == "image":
+                    kwargs["metadata"].update({"model": scene.topk_model, "demo_notice": notice})
+            mammo_layers.extend(result_layers)
     return slide_layers, mammo_layers
 
 
@@ -107,12 +116,15 @@ def save_screenshots(viewers: list[Any], out: Any) -> list[Any]:
     from pathlib import Path
 
     from PIL import Image
+    from qtpy.QtTest import QTest
 
     from medvl_engine import atomic_write
 
     written = []
     for number, viewer in enumerate(viewers, start=1):
         viewer.reset_view()
+        for _ in range(SETTLE_TURNS):  # the docks laid out and painted, colour bars included
+            QTest.qWait(10)
         pixels = viewer.screenshot(canvas_only=False, flash=False)
         image = Image.fromarray(pixels[..., :3])
         path = Path(out) / f"viewer-{number}.png"

@@ -27,7 +27,7 @@ from magicgui.widgets import (
     SpinBox,
 )
 
-from napari_medvl._colorbar import ColorBar
+from napari_medvl._colorbar import ColorBar, legend_layer, shows_legend
 from napari_medvl._event_turns import (
     GLYPH_RANKS,
     GLYPH_STEP_MS,
@@ -68,6 +68,7 @@ BLENDINGS = ("translucent", "additive")
 PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
 MODEL_WORK_DELAY_MS = 1500  # the latest start of the background work when no slide is bound
 MODEL_WORK_AFTER_LAYERS_MS = 600
+LEGEND_KINDS = ("heatmap",)  # medvl_kind of the maps whose colour bar the dock shows
 TOGGLE_KEY = "Control-Shift-H"  # shows / hides the heatmap shown last, from anywhere in napari
 
 
@@ -234,6 +235,10 @@ class HeatmapWidget(Container):
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
         napari_viewer.layers.events.removed.connect(self._layer_removed)
+        napari_viewer.layers.selection.events.active.connect(self._legend_for_active)
+        shown = legend_layer(napari_viewer, LEGEND_KINDS)  # a map opened before the dock
+        if shown is not None:
+            self.colorbar.show_overlay(shown)
         self._refresh_choices()  # binding a slide prepares its overlay layers
         self._show_notice()
         self.controls.bind_run_key(self.run, self.native)
@@ -560,6 +565,12 @@ class HeatmapWidget(Container):
         boxes = find_overlay(self._viewer, key, "shapes")
         if boxes is not None:
             boxes.visible = image.visible
+
+    def _legend_for_active(self, event: Any) -> None:
+        """The colour bar follows the heatmap the user selects (another slide's, an earlier
+        one opened from a file)."""
+        if shows_legend(event.value, LEGEND_KINDS):
+            self.colorbar.show_overlay(event.value)
 
     def _layer_removed(self, _event: Any = None) -> None:
         if not any(layer.metadata.get("medvl_kind") == "heatmap" for layer in self._viewer.layers):

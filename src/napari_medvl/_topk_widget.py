@@ -20,7 +20,7 @@ from typing import Any
 
 from magicgui.widgets import ComboBox, Container, PushButton, SpinBox, TextEdit
 
-from napari_medvl._colorbar import ColorBar
+from napari_medvl._colorbar import ColorBar, legend_layer, shows_legend
 from napari_medvl._event_turns import (
     GLYPH_RANKS,
     import_in_background,
@@ -54,6 +54,7 @@ __all__ = ["DEFAULT_MODEL", "TopKWidget"]
 DEFAULT_MODEL = "topksiglip-demo"
 _K_LIMIT_UNKNOWN = 256
 PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
+LEGEND_KINDS = ("topk",)  # medvl_kind of the importance maps whose colour bar the dock shows
 MODEL_AFTER_LAYERS_MS = 600  # after the result layers' first draws (their shaders and glyphs)
 
 
@@ -139,9 +140,18 @@ class TopKWidget(Container):
         self.controls.bind_run_key(self.run, self.native)
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
+        napari_viewer.layers.selection.events.active.connect(self._legend_for_active)
+        shown = legend_layer(napari_viewer, LEGEND_KINDS)  # a map opened before the dock
+        if shown is not None:
+            self.colorbar.show_overlay(shown)
         self._refresh_choices()
         self._model_changed()
         self._prepare_layers_soon()
+
+    def _legend_for_active(self, event: Any) -> None:
+        """The colour bar follows the importance map the user selects (the other breast's)."""
+        if shows_legend(event.value, LEGEND_KINDS):
+            self.colorbar.show_overlay(event.value)
 
     # --- choices -------------------------------------------------------------------------
     def _mammogram_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
@@ -261,6 +271,8 @@ class TopKWidget(Container):
 
     def _draw(self, outcome: TopKOutcome, frames: dict[str, WorldFrame]) -> None:
         """Fill the outcome's layers: those the worker built when the views have not moved since."""
+        from medvl_engine.demo_models import demo_notice_for
+
         if outcome.layers is not None and frames == outcome.request.frames:
             layers = outcome.layers
         else:
@@ -268,6 +280,10 @@ class TopKWidget(Container):
             layers = readable_topk_layers(
                 outcome.result, outcome.breast, frames, outcome.breast.laterality, sources=sources
             )
+        model = outcome.request.model
+        for _, kwargs, layer_type in layers:  # the maps say what made them
+            if layer_type == "image":
+                kwargs["metadata"].update({"model": model, "demo_notice": demo_notice_for(model)})
         self._queued.extend(layers)
         if len(self._queued) == len(layers):
             self._fill_next_layer()

@@ -106,6 +106,7 @@ def test_demo_viewers_hold_the_overlays_and_reuse_the_demo_features(
     from medvl_engine.demo import build_scene
     from napari_medvl._demo_viewer import show_scene
     from napari_medvl._heatmap_widget import HeatmapWidget
+    from napari_medvl._topk_widget import TopKWidget
 
     scene = build_scene(tmp_path, "tumor", "medvl-demo", str(tiny_topk), 4, (1024, 768))
     assert scene.notes == []
@@ -114,14 +115,34 @@ def test_demo_viewers_hold_the_overlays_and_reuse_the_demo_features(
         names = [layer.name for layer in slide_viewer.layers]
         assert names == ["synthetic H&E", "heatmap: tumor", "top patches: tumor"]
         assert "TopK L boxes CC" in mammo_viewer.layers and "L MLO" in mammo_viewer.layers
+        assert "TopK L labels CC" in mammo_viewer.layers  # drawn as the TopK dock draws them
         widget = next(
             w for w in slide_viewer.window.dock_widgets.values() if isinstance(w, HeatmapWidget)
         )
+        topk = next(
+            w for w in mammo_viewer.window.dock_widgets.values() if isinstance(w, TopKWidget)
+        )
+        # each viewer opens with the legend of its demo map on screen, saying what made it
+        assert widget.colorbar.showing and "tumor" in widget.colorbar.title.text()
+        details = widget.colorbar.details.text()
+        assert "model: medvl-demo" in details and "not for diagnosis" in details
+        importance = mammo_viewer.layers["TopK L importance CC"]
+        assert topk.colorbar.showing and topk.colorbar.colormap == importance.metadata["colormap"]
+        assert f"model: {tiny_topk}" in topk.colorbar.details.text()
         widget.prompts.value = "stroma"
         assert widget.run() is not None
         wait_for_runner(qtbot, widget.runner)
         assert widget.last_outcome is not None and not widget.last_outcome.extracted
         assert "heatmap: stroma" in slide_viewer.layers
+        assert "stroma" in widget.colorbar.title.text()
+        widget.mode.value, widget.prompts.value = "contrast", "tumor; stroma"
+        assert widget.run() is not None  # a second overlay: one per slide and mode
+        wait_for_runner(qtbot, widget.runner)
+        qtbot.waitUntil(lambda: "contrast" in widget.colorbar.title.text(), timeout=10000)
+        # the bar follows the map the user selects
+        slide_viewer.layers.selection.active = slide_viewer.layers["heatmap: stroma"]
+        assert widget.colorbar.title.text().startswith("stroma")
+        assert "contrast" not in widget.colorbar.title.text()
     finally:
         for viewer in (slide_viewer, mammo_viewer):
             viewer.close()
