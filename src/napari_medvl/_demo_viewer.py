@@ -15,6 +15,7 @@ from napari_medvl._layers import (
 __all__ = ["save_screenshots", "scene_layers", "show_scene"]
 
 SETTLE_TURNS = 30
+SCREENSHOT_WINDOW = (1440, 900)  # main-window size of the saved screenshots (width, height)
 
 
 def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
@@ -122,6 +123,9 @@ def save_screenshots(viewers: list[Any], out: Any) -> list[Any]:
 
     written = []
     for number, viewer in enumerate(viewers, start=1):
+        viewer.window.resize(*SCREENSHOT_WINDOW)
+        for _ in range(SETTLE_TURNS):
+            QTest.qWait(10)
         viewer.reset_view()
         for _ in range(SETTLE_TURNS):  # the docks laid out and painted, colour bars included
             QTest.qWait(10)

@@ -27,7 +27,8 @@ __all__ = ["LABEL_CHARACTERS", "LINE_HEIGHT_CHARACTERS", "prerender_glyphs"]
 LINE_HEIGHT_CHARACTERS = "ÅÉÑŐjgpqy"
 """Characters vispy measures every text's line height with (drawn with the first text)."""
 LABEL_CHARACTERS = " #-.0123456789"
-"""Every character a rank label ``#{rank} {score:.3f}`` can hold."""
+"""Every character a rank label ``#{rank} {score:.3f}`` can hold (a top patch's two-line label
+also holds a line break, which vispy lays out without a glyph)."""
 
 
 def _canvas_font(viewer: Any) -> Any | None:

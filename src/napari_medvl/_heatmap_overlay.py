@@ -86,7 +86,13 @@ def pending_boxes_layer(key: str, frame: Any) -> LayerData:
     render the glyphs of rank labels now rather than when the first result's labels appear.
     The label starts hidden: the layer's first draw compiles the shapes' shaders, a later one
     the text's (0.23 s and 0.05 - 0.14 s here; one draw of 0.37 s together)."""
-    from napari_medvl._layers import RANK_LABEL_COLOR, WorldFrame, boxes_layer, rank_label_text
+    from napari_medvl._layers import (
+        RANK_LABEL_COLOR,
+        TOP_PATCH_TEXT,
+        WorldFrame,
+        boxes_layer,
+        rank_label_text,
+    )
 
     world = frame if isinstance(frame, WorldFrame) else WorldFrame.from_dict(frame or {})
     data, kwargs, layer_type = boxes_layer(
@@ -95,6 +101,7 @@ def pending_boxes_layer(key: str, frame: Any) -> LayerData:
         world,
         name="top patches (Run to compute)",
         edge_color=RANK_LABEL_COLOR,
+        text_format=TOP_PATCH_TEXT,
         ranks=[GLYPH_RANKS[0]],
         extra_features={"label_color": ["white"]},
     )

@@ -35,6 +35,7 @@ __all__ = [
     "heatmap_result_layers",
     "importance_layers",
     "topk_layers",
+    "TOP_PATCH_TEXT",
 ]
 
 LayerData = tuple[Any, dict[str, Any], str]
@@ -563,6 +564,7 @@ def heatmap_layers(
                 frame,
                 name=f"top patches: {label}",
                 edge_color=RANK_LABEL_COLOR,
+                text_format=TOP_PATCH_TEXT,
                 extra_features={"label_color": colors},
             )
         )
@@ -617,6 +619,10 @@ def rank_label_colors(
     shown[~np.isfinite(values)] = _TISSUE_LUMINANCE
     return ["black" if value > 0.5 else "white" for value in shown]
 
+
+TOP_PATCH_TEXT = "#{rank}\n{score:.2f}"
+"""A top patch's rank label: the rank over the score, about four characters wide, so the labels
+of side-by-side patches stay apart down to a patch about five characters wide on screen."""
 
 # Magenta is in neither shared map (viridis, blue-white-red), so boxes stay visible over any
 # cell of the heatmap; rank labels take black or white by the cell under them.

@@ -143,7 +143,7 @@ class TopKWidget(Container):
         napari_viewer.layers.selection.events.active.connect(self._legend_for_active)
         shown = legend_layer(napari_viewer, LEGEND_KINDS)  # a map opened before the dock
         if shown is not None:
-            self.colorbar.show_overlay(shown)
+            self._show_existing(shown)
         self._refresh_choices()
         self._model_changed()
         self._prepare_layers_soon()
@@ -151,7 +151,15 @@ class TopKWidget(Container):
     def _legend_for_active(self, event: Any) -> None:
         """The colour bar follows the importance map the user selects (the other breast's)."""
         if shows_legend(event.value, LEGEND_KINDS):
-            self.colorbar.show_overlay(event.value)
+            self._show_existing(event.value)
+
+    def _show_existing(self, importance: Any) -> None:
+        """The colour bar and zero-shot readouts of a TopK result's importance map that is
+        in the viewer already (shown by the demo, or selected by the user)."""
+        self.colorbar.show_overlay(importance)
+        result = importance.metadata.get("topk_result")
+        if getattr(result, "zero_shot", None):
+            self.readouts.value = format_readouts(result.zero_shot)
 
     # --- choices -------------------------------------------------------------------------
     def _mammogram_choices(self, _widget: Any = None) -> list[tuple[str, Any]]:

@@ -308,3 +308,14 @@ def test_rank_labels_take_black_or_white_by_the_cell_under_them():
     shapes = Layer.create(*layers[1])
     colors = np.asarray(shapes.text.color(shapes.features))  # the encoding napari draws with
     np.testing.assert_allclose(colors[:, :3], [[1, 1, 1], [0, 0, 0], [1, 1, 1], [0, 0, 0]])
+    # each label is the rank over the score, narrow enough for side-by-side patches
+    strings = shapes.text.string(shapes.features)
+    assert list(strings) == ["#1\n0.90", "#2\n0.50", "#3\n0.30", "#4\n0.10"]
+
+
+@pytest.mark.parametrize("rank, score", [(1, 0.5), (99, -0.94), (10, 9.99)])
+def test_top_patch_labels_are_at_most_five_characters_wide(rank, score):
+    from napari_medvl._layers import TOP_PATCH_TEXT
+
+    label = TOP_PATCH_TEXT.format(rank=rank, score=score)
+    assert len(label.splitlines()) == 2 and max(map(len, label.splitlines())) <= 5
