@@ -14,7 +14,7 @@ from napari_medvl._layers import (
 
 __all__ = ["save_screenshots", "scene_layers", "show_scene"]
 
-SETTLE_TURNS = 30
+SETTLE_MS = 300  # event-loop time given to layout and painting before a screenshot
 SCREENSHOT_WINDOW = (1440, 900)  # main-window size of the saved screenshots (width, height)
 
 
@@ -23,7 +23,6 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
 
     The heatmap is the overlay of its slide and mode (``overlay_key``), so the heatmap dock
     updates it in place instead of adding layers of its own."""
-    from medvl_engine.demo_models import demo_notice_for
     from medvl_engine.io.slide import open_slide
     from napari_medvl._heatmap_overlay import overlay_key
     from napari_medvl._mammo_layers import readable_topk_layers
@@ -57,14 +56,16 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
                 for view, (_, kwargs, _) in zip(("CC", "MLO"), mammo_layers, strict=True)
             }
             sources = {"CC": str(scene.cc_path), "MLO": str(scene.mlo_path)}
-            result_layers = readable_topk_layers(
-                scene.topk, scene.breast, frames, scene.laterality, sources=sources
+            mammo_layers.extend(  # as the TopK dock draws its results
+                readable_topk_layers(
+                    scene.topk,
+                    scene.breast,
+                    frames,
+                    scene.laterality,
+                    sources=sources,
+                    model=scene.topk_model,
+                )
             )
-            notice = demo_notice_for(scene.topk_model)
-            for _, kwargs, layer_type in result_layers:  # as the TopK dock draws its results
-                if layer_type == "image":
-                    kwargs["metadata"].update({"model": scene.topk_model, "demo_notice": notice})
-            mammo_layers.extend(result_layers)
     return slide_layers, mammo_layers
 
 
@@ -124,11 +125,9 @@ def save_screenshots(viewers: list[Any], out: Any) -> list[Any]:
     written = []
     for number, viewer in enumerate(viewers, start=1):
         viewer.window.resize(*SCREENSHOT_WINDOW)
-        for _ in range(SETTLE_TURNS):
-            QTest.qWait(10)
+        QTest.qWait(SETTLE_MS)
         viewer.reset_view()
-        for _ in range(SETTLE_TURNS):  # the docks laid out and painted, colour bars included
-            QTest.qWait(10)
+        QTest.qWait(SETTLE_MS)  # the docks laid out and painted, colour bars included
         pixels = viewer.screenshot(canvas_only=False, flash=False)
         image = Image.fromarray(pixels[..., :3])
         path = Path(out) / f"viewer-{number}.png"

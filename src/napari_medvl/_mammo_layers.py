@@ -149,12 +149,17 @@ def readable_topk_layers(
     view_frames: dict[str, WorldFrame],
     laterality: str | None = None,
     sources: dict[str, str] | None = None,
+    model: str | None = None,
 ) -> list[LayerData]:
     """TopK layers in drawing order: importance, then per view box rims, boxes, label plates.
 
     The boxes layer keeps its rank/score features but no text of its own; the labels layer
-    carries the same features and the text, white on dark plates.
+    carries the same features and the text, white on dark plates. The importance maps name
+    the ``model`` that made them and its demo notice (for their colour bar).
     """
+    from medvl_engine.demo_models import demo_notice_for
+
+    notice = demo_notice_for(model)
     layers: list[LayerData] = []
     for data in topk_layers(result, breast, view_frames, laterality, sources=sources):
         _, kwargs, layer_type = data
@@ -168,6 +173,8 @@ def readable_topk_layers(
                     "mode": "importance",
                     "normalize": "none",
                     "value_range": tuple(float(v) for v in kwargs["contrast_limits"]),
+                    "model": model,
+                    "demo_notice": notice,
                 }
             )
         if layer_type != "shapes" or view not in view_frames:

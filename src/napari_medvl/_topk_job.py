@@ -96,7 +96,7 @@ def topk_job(
         yield Progress("building layers")
         sources = {"CC": str(request.cc.path), "MLO": str(request.mlo.path)}
         layers = readable_topk_layers(
-            result, breast, request.frames, breast.laterality, sources=sources
+            result, breast, request.frames, breast.laterality, sources=sources, model=request.model
         )
     return TopKOutcome(request, result, breast, layers)
 

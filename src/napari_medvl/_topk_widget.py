@@ -279,19 +279,18 @@ class TopKWidget(Container):
 
     def _draw(self, outcome: TopKOutcome, frames: dict[str, WorldFrame]) -> None:
         """Fill the outcome's layers: those the worker built when the views have not moved since."""
-        from medvl_engine.demo_models import demo_notice_for
-
         if outcome.layers is not None and frames == outcome.request.frames:
             layers = outcome.layers
         else:
             sources = {"CC": str(outcome.request.cc.path), "MLO": str(outcome.request.mlo.path)}
             layers = readable_topk_layers(
-                outcome.result, outcome.breast, frames, outcome.breast.laterality, sources=sources
+                outcome.result,
+                outcome.breast,
+                frames,
+                outcome.breast.laterality,
+                sources=sources,
+                model=outcome.request.model,
             )
-        model = outcome.request.model
-        for _, kwargs, layer_type in layers:  # the maps say what made them
-            if layer_type == "image":
-                kwargs["metadata"].update({"model": model, "demo_notice": demo_notice_for(model)})
         self._queued.extend(layers)
         if len(self._queued) == len(layers):
             self._fill_next_layer()
@@ -415,7 +414,6 @@ class TopKWidget(Container):
         prefix = f"TopK {laterality}" if laterality else "TopK"
         for _, kwargs, _ in outcome.layers or []:
             if kwargs["name"] == f"{prefix} importance CC":
-                kwargs["metadata"].update({"model": outcome.request.model, "demo_notice": notice})
                 self.colorbar.show_layer(kwargs["metadata"], kwargs["contrast_limits"])
         self.controls.set_notice(notice)
         status = f"Top {outcome.request.k} patches shown ({outcome.request.model})."
