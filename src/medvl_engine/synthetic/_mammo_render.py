@@ -172,6 +172,25 @@ def _paint_disk(out: np.ndarray, centre: np.ndarray, radius: float, level: float
     np.maximum(out[rs:re, cs:ce], np.float32(level) * disk, out=out[rs:re, cs:ce])
 
 
+def _paint_spots(
+    out: np.ndarray,
+    rr: np.ndarray,
+    cc: np.ndarray,
+    spots: np.ndarray,
+    rng: np.random.Generator,
+    radius_range: tuple[float, float],
+    level_range: tuple[float, float],
+) -> np.ndarray:
+    """``max(out, spots)``: an anti-aliased disk of random radius and level at each of
+    ``spots`` ``[n, 2]`` (row, col) source px, on the window whose px rows / cols are
+    ``rr`` ``[h, 1]`` / ``cc`` ``[1, w]``."""
+    for position in spots:
+        d = np.hypot(rr - position[0], cc - position[1])
+        disk = np.clip(rng.uniform(*radius_range) - d + 0.5, 0.0, 1.0)
+        out = np.maximum(out, rng.uniform(*level_range) * disk)
+    return out
+
+
 def _lesion_map(
     lesion: Lesion, centre_rc: tuple[float, float], shape: tuple[int, int]
 ) -> tuple[np.ndarray, tuple[int, int]]:
@@ -218,10 +237,10 @@ def _lesion_map(
         else:  # a few coarse round calcifications, loosely grouped
             count, spread, spot, level = int(rng.integers(2, 6)), 1.0, (1.4, 2.2), (0.6, 0.9)
         spots = centre + rng.normal(0.0, radius * spread, (count, 2))
-        for position in spots:
-            d = np.hypot(rr - position[0], cc - position[1])
-            disk = np.clip(rng.uniform(*spot) - d + 0.5, 0.0, 1.0)
-            out = np.maximum(out, rng.uniform(*level) * disk)
+        out = _paint_spots(out, rr, cc, spots, rng, spot, level)
+        if not out.any():  # every spot fell outside the window: pull them in to be seen
+            spots = centre + np.clip(spots - centre, 3.0 - half, half - 3.0)
+            out = _paint_spots(out, rr, cc, spots, rng, spot, level)
     elif lesion.kind == "architectural distortion":
         for theta in rng.uniform(0, 2 * np.pi, int(rng.integers(10, 16))):
             start = centre + radius * 0.15 * np.array([np.sin(theta), np.cos(theta)], np.float32)

@@ -213,3 +213,19 @@ def test_case_creates_its_output_folder(tmp_path):
     case = make_mammogram_case(folder, seed=5, laterality="L", size=(256, 160))
     assert case.cc_path.parent == folder
     assert case.cc_path.exists() and case.mlo_path.exists()
+
+
+def test_a_benign_cluster_whose_specks_all_fall_outside_its_window_is_still_drawn(tmp_path):
+    # seed 100417 (validation case 414 of synthetic_seed 0) draws a benign calcification
+    # whose two coarse specks both land beyond the lesion's window; it used to crash with
+    # "zero-size array to reduction operation minimum"
+    case = make_mammogram_case(tmp_path, seed=100_417, laterality="L", size=(320, 224))
+    assert case.findings == ["calcification"] and not case.cancer
+    for view in ("CC", "MLO"):
+        (box,) = case.boxes[view]
+        x0, y0, x1, y1 = box
+        assert 2 <= x1 - x0 <= 43 and 2 <= y1 - y0 <= 43  # within the 43 px window
+        _, values = _mono2_values(case.cc_path if view == "CC" else case.mlo_path)
+        inside = values[y0:y1, x0:x1].max()
+        around = values[max(y0 - 30, 0) : y1 + 30, max(x0 - 30, 0) : x1 + 30]
+        assert inside >= np.percentile(around, 99)  # the specks are the brightest there
