@@ -26,6 +26,9 @@ class MammoAugmentConfig:
     translate: float = 0.05  # fraction of the half's width / height
     intensity: float = 0.2  # multiply intensities by a factor in [1 - i, 1 + i], then clip
     roi_jitter: float = 0.1  # box centre shift and size change, fraction of the box size
+    # Probability that a view half is resampled (rotation, scale, sub-pixel shift); otherwise
+    # it only moves by whole pixels, so specks of a pixel or two stay as sharp as in evaluation.
+    resample_p: float = 1.0
 
 
 def _uniform(generator: torch.Generator, low: float, high: float) -> float:
@@ -94,7 +97,9 @@ def augment_breast(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Augment a breast image ``[1, S, S]`` in [0, 1] and its boxes ``[M, 4]`` breast px.
 
-    Each view half gets its own affine; a box belongs to the half holding its centre.
+    Each view half gets its own affine; a box belongs to the half holding its centre. With
+    ``config.resample_p < 1`` a half keeps its pixels' values (whole-pixel shift only) with
+    probability ``1 - resample_p``; at 1 no extra number is drawn, so results are unchanged.
     """
     size = image.shape[-1]
     half = size // 2
@@ -115,6 +120,8 @@ def augment_breast(
             _uniform(generator, -config.translate, config.translate) * part.shape[-1],
             _uniform(generator, -config.translate, config.translate) * part.shape[-2],
         )
+        if config.resample_p < 1.0 and _uniform(generator, 0.0, 1.0) >= config.resample_p:
+            angle, scale, shift = 0.0, 1.0, (float(round(shift[0])), float(round(shift[1])))
         warped, moved = affine_half(part, local, angle, scale, shift)
         moved = moved.clone()
         moved[:, 1::2] += top

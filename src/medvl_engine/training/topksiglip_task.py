@@ -96,6 +96,9 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     report_shuffle: bool = False  # shuffle the sentence order of each report in training
     batch_size: int = 32
     augment: bool = True
+    # share of augmented view halves resampled (rotation, scale, sub-pixel shift); the rest
+    # move by whole pixels only and keep fine calcifications sharp
+    augment_resample_p: float = 1.0
     eval_k: int | None = None  # patches at evaluation (default k)
     # Zero-shot readouts repeated with these k in each evaluation (Tables 1-2: 15, 30, 45);
     # values above grid * grid are left out with a note. [] for none.
@@ -296,6 +299,11 @@ class TopKSigLIPTask:
                 f"task.train_fraction={config.train_fraction} is outside (0, 1]; give the share "
                 "of training rows to keep, e.g. 0.33."
             )
+        if not 0.0 <= config.augment_resample_p <= 1.0:
+            raise ConfigError(
+                f"task.augment_resample_p={config.augment_resample_p} is outside [0, 1]; give "
+                "the share of augmented view halves to resample, e.g. 0.5."
+            )
         self.config = config
         self.out_dir = Path(run_config.out_dir)
         self.geometry = config.geometry()
@@ -308,7 +316,9 @@ class TopKSigLIPTask:
         self.probe_train_records = train_records
         if config.train_fraction < 1.0:
             train_records = stratified_subset(train_records, config.train_fraction, config.seed)
-        augment = MammoAugmentConfig() if config.augment else None
+        augment = (
+            MammoAugmentConfig(resample_p=config.augment_resample_p) if config.augment else None
+        )
         loader: Callable[[MammoRecord, int], tuple[np.ndarray, np.ndarray]] = load_breast
         if not config.manifest:  # synthetic: keep decoded breasts beside the cohort
             loader = disk_cached_loader(self._synthetic_folder() / "breasts", load_breast)

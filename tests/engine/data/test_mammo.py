@@ -154,6 +154,53 @@ def test_augment_is_seeded_and_consistent():
     assert a[0][0, 64:].sum() == 0
 
 
+def _specks() -> torch.Tensor:
+    """A 128 px breast image of single-pixel specks at 0.8, one every 9 px in both halves."""
+    image = torch.zeros(1, 128, 128)
+    image[:, 4::9, 4::9] = 0.8
+    return image
+
+
+def test_whole_pixel_augmentation_keeps_specks_sharp():
+    config = MammoAugmentConfig(roi_jitter=0.0, intensity=0.0, resample_p=0.0)
+    image, boxes = _specks(), torch.tensor([[20.0, 10.0, 40.0, 30.0]])
+    for seed in range(8):
+        out, moved = augment_breast(image, boxes, config, torch.Generator().manual_seed(seed))
+        # every pixel is an input pixel moved by whole pixels: specks keep their 0.8
+        assert torch.isin(out, torch.tensor([0.0, 0.8])).all()
+        assert int((out > 0.79).sum()) >= 0.8 * int((image > 0).sum())
+        shift = moved[0] - boxes[0]
+        assert torch.equal(shift, shift.round()) and shift[0] == shift[2]
+        assert moved[0, 2] - moved[0, 0] == 20.0  # no rotation or scale
+
+
+def test_resampling_share_of_view_halves():
+    image, boxes = _specks(), torch.zeros(0, 4)
+    default = MammoAugmentConfig(roi_jitter=0.0, intensity=0.0)
+    specks = int((image > 0).sum())
+    for seed in range(4):  # bilinear resampling spreads a speck over its neighbours
+        smeared = augment_breast(image, boxes, default, torch.Generator().manual_seed(seed))[0]
+        assert int((smeared > 0.79).sum()) < 0.2 * specks
+    sharp_halves = 0
+    config = MammoAugmentConfig(roi_jitter=0.0, intensity=0.0, resample_p=0.5)
+    for seed in range(40):
+        out = augment_breast(image, boxes, config, torch.Generator().manual_seed(seed))[0]
+        sharp_halves += sum(
+            int((out[0, top : top + 64] > 0.79).sum()) > 0.4 * specks for top in (0, 64)
+        )
+    assert 25 <= sharp_halves <= 55  # about half of the 80 halves
+
+
+def test_resample_share_outside_zero_one_is_refused(tmp_path):
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.training.config import RunConfig
+    from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
+
+    config = TopKSigLIPTaskConfig(augment_resample_p=1.5, grid=4, k=2)
+    with pytest.raises(ConfigError, match=r"augment_resample_p=1.5 is outside \[0, 1\]"):
+        TopKSigLIPTask(config, RunConfig(out_dir=str(tmp_path)), read_train_val=False)
+
+
 def test_dataset_with_custom_loader(tmp_path):
     _write_csv(
         tmp_path / "m.csv",
