@@ -239,7 +239,7 @@ def _lesion_map(
         spots = centre + rng.normal(0.0, radius * spread, (count, 2))
         out = _paint_spots(out, rr, cc, spots, rng, spot, level)
         if not out.any():  # every spot fell outside the window: pull them in to be seen
-            spots = centre + np.clip(spots - centre, 3.0 - half, half - 3.0)
+            spots = np.asarray(centre + np.clip(spots - centre, 3.0 - half, half - 3.0), np.float64)
             out = _paint_spots(out, rr, cc, spots, rng, spot, level)
     elif lesion.kind == "architectural distortion":
         for theta in rng.uniform(0, 2 * np.pi, int(rng.integers(10, 16))):
