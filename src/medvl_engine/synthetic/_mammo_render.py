@@ -183,7 +183,8 @@ def _paint_spots(
 ) -> np.ndarray:
     """``max(out, spots)``: an anti-aliased disk of random radius and level at each of
     ``spots`` ``[n, 2]`` (row, col) source px, on the window whose px rows / cols are
-    ``rr`` ``[h, 1]`` / ``cc`` ``[1, w]``."""
+    ``rr`` ``[h, 1]`` / ``cc`` ``[1, w]``. Not :func:`_paint_disk`: this keeps the float64
+    arithmetic the calcification clusters of existing cohorts were drawn with, byte for byte."""
     for position in spots:
         d = np.hypot(rr - position[0], cc - position[1])
         disk = np.clip(rng.uniform(*radius_range) - d + 0.5, 0.0, 1.0)
