@@ -99,6 +99,8 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     # share of augmented view halves resampled (rotation, scale, sub-pixel shift); the rest
     # move by whole pixels only and keep fine calcifications sharp
     augment_resample_p: float = 1.0
+    # each augmented breast's intensities are multiplied by a factor in [1 - i, 1 + i]
+    augment_intensity: float = 0.2
     eval_k: int | None = None  # patches at evaluation (default k)
     # Zero-shot readouts repeated with these k in each evaluation (Tables 1-2: 15, 30, 45);
     # values above grid * grid are left out with a note. [] for none.
@@ -304,6 +306,11 @@ class TopKSigLIPTask:
                 f"task.augment_resample_p={config.augment_resample_p} is outside [0, 1]; give "
                 "the share of augmented view halves to resample, e.g. 0.5."
             )
+        if not 0.0 <= config.augment_intensity < 1.0:
+            raise ConfigError(
+                f"task.augment_intensity={config.augment_intensity} is outside [0, 1); give "
+                "the largest relative change of an augmented breast's intensities, e.g. 0.2."
+            )
         self.config = config
         self.out_dir = Path(run_config.out_dir)
         self.geometry = config.geometry()
@@ -317,7 +324,11 @@ class TopKSigLIPTask:
         if config.train_fraction < 1.0:
             train_records = stratified_subset(train_records, config.train_fraction, config.seed)
         augment = (
-            MammoAugmentConfig(resample_p=config.augment_resample_p) if config.augment else None
+            MammoAugmentConfig(
+                resample_p=config.augment_resample_p, intensity=config.augment_intensity
+            )
+            if config.augment
+            else None
         )
         loader: Callable[[MammoRecord, int], tuple[np.ndarray, np.ndarray]] = load_breast
         if not config.manifest:  # synthetic: keep decoded breasts beside the cohort

@@ -201,6 +201,41 @@ def test_resample_share_outside_zero_one_is_refused(tmp_path):
         TopKSigLIPTask(config, RunConfig(out_dir=str(tmp_path)), read_train_val=False)
 
 
+def test_intensity_range_of_the_task_reaches_its_training_breasts(tmp_path, tiny_topk_values):
+    from medvl_engine.training.config import RunConfig
+    from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
+
+    images = {}
+    for intensity in (0.0, 0.2):
+        config = TopKSigLIPTaskConfig(
+            **tiny_topk_values(),
+            synthetic_train=2,
+            synthetic_eval=1,
+            synthetic_size=[192, 128],
+            synthetic_dir=str(tmp_path / "cohort"),
+            augment_intensity=intensity,
+        )
+        task = TopKSigLIPTask(config, RunConfig(out_dir=str(tmp_path / "run"), progress=False))
+        images[intensity] = [task.train_set.sample(i, epoch=3).image for i in range(2)]
+    for flat, scaled in zip(images[0.0], images[0.2], strict=True):
+        # the same geometric draws; only the default run multiplies the breast by one factor
+        unclipped = (flat > 0.05) & (scaled < 0.999)
+        ratio = scaled[unclipped] / flat[unclipped]
+        assert 0.8 <= float(ratio.mean()) <= 1.2
+        assert torch.allclose(ratio, ratio.mean(), rtol=1e-4)
+        assert float(ratio.mean()) != pytest.approx(1.0, abs=1e-3)
+
+
+def test_intensity_range_outside_zero_one_is_refused(tmp_path):
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.training.config import RunConfig
+    from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
+
+    config = TopKSigLIPTaskConfig(augment_intensity=1.0, grid=4, k=2)
+    with pytest.raises(ConfigError, match=r"augment_intensity=1.0 is outside \[0, 1\)"):
+        TopKSigLIPTask(config, RunConfig(out_dir=str(tmp_path)), read_train_val=False)
+
+
 def test_dataset_with_custom_loader(tmp_path):
     _write_csv(
         tmp_path / "m.csv",
