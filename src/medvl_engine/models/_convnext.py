@@ -1,23 +1,42 @@
 """ConvNeXt backbone of the TopKSigLIP vision tower (transformers ``ConvNextModel``).
 
 Grayscale mammograms ``[B, 1, H, W]`` in ``[0, 1]`` are repeated to 3 channels and normalised
-with the ImageNet statistics the pretrained weights expect.
+with the ImageNet statistics the pretrained weights expect (``"gray"``), or, for backbones
+trained from scratch, given as the image and two white top-hats that keep only bright
+structures smaller than 3 and 5 px (``"gray_tophat"``, the classic enhancement of
+microcalcifications).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+import torch.nn.functional as F
 
 from medvl_engine._hf_classes import ConvNextConfig, ConvNextModel
 from medvl_engine.errors import ConfigError
 from medvl_engine.models._pretrained import load_pretrained
 
-__all__ = ["CONVNEXT_TINY", "build_convnext", "grayscale_to_input", "pooled_features", "run_stages"]
+__all__ = [
+    "CONVNEXT_TINY",
+    "BackboneInput",
+    "backbone_input",
+    "build_convnext",
+    "grayscale_to_input",
+    "pooled_features",
+    "run_stages",
+    "white_tophat",
+]
+
+BackboneInput = Literal["gray", "gray_tophat"]
 
 # ConvNeXt-Tiny (Liu et al. 2022), the paper's vision encoder.
 CONVNEXT_TINY = {"depths": [3, 3, 9, 3], "hidden_sizes": [96, 192, 384, 768]}
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
+_TOPHAT_SIZES = (3, 5)
+_TOPHAT_STD = 0.1  # a speck 0.3 above its surroundings reads 3
 
 
 def build_convnext(
@@ -60,6 +79,34 @@ def grayscale_to_input(images: torch.Tensor) -> torch.Tensor:
     mean = torch.tensor(_IMAGENET_MEAN, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
     std = torch.tensor(_IMAGENET_STD, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
     return (images.expand(-1, 3, -1, -1) - mean) / std
+
+
+def white_tophat(images: torch.Tensor, size: int) -> torch.Tensor:
+    """``x - opening(x)`` with a flat ``size x size`` square: ``[B, C, H, W]`` -> same shape.
+
+    Grey-scale opening is erosion (minimum filter) then dilation (maximum filter); what is left
+    is the bright structures narrower than ``size`` px, above their local background. Pixels
+    beyond the border are ignored, so a crop is filtered as if it were the whole image.
+    """
+    pad = size // 2
+    eroded = -F.max_pool2d(-images, size, stride=1, padding=pad)
+    opened = F.max_pool2d(eroded, size, stride=1, padding=pad)
+    return images - opened
+
+
+def backbone_input(images: torch.Tensor, kind: BackboneInput = "gray") -> torch.Tensor:
+    """``[B, 1, H, W]`` in ``[0, 1]`` -> the backbone's ``[B, 3, H, W]``.
+
+    ``"gray"``: :func:`grayscale_to_input`. ``"gray_tophat"``: the image (ImageNet-normalised
+    like the first channel of ``"gray"``) and its white top-hats of 3 and 5 px divided by 0.1.
+    """
+    if kind == "gray":
+        return grayscale_to_input(images)
+    if kind != "gray_tophat":
+        raise ConfigError(f"backbone input {kind!r} is not one of 'gray', 'gray_tophat'.")
+    gray = (images - _IMAGENET_MEAN[0]) / _IMAGENET_STD[0]
+    hats = [white_tophat(images, size) / _TOPHAT_STD for size in _TOPHAT_SIZES]
+    return torch.cat([gray, *hats], dim=1)
 
 
 def run_stages(backbone: ConvNextModel, pixels: torch.Tensor, num_stages: int) -> torch.Tensor:

@@ -65,6 +65,10 @@ class TopKSigLIPConfig:
     vision_depths: list[int] = field(default_factory=lambda: [3, 3, 9, 3])
     vision_hidden_sizes: list[int] = field(default_factory=lambda: [96, 192, 384, 768])
     vision_layer_scale_init: float = 1e-6  # ConvNeXt's residual scale at random init
+    # What the backbone's 3 input channels hold: the grey image 3 times ("gray", what
+    # ImageNet weights expect), or the image and its 3 and 5 px white top-hats ("gray_tophat",
+    # fine bright specks made explicit; for backbones trained from scratch).
+    vision_input: _convnext.BackboneInput = "gray"
     vision_mode: Literal["topk", "full_image"] = "topk"
     full_image_resolution: int = 1024  # side of the resized image for vision_mode=full_image
     # Normalisation of the pooled features before the projection: "none" (the paper),
@@ -187,6 +191,10 @@ class TopKSigLIP(nn.Module):
         return self.log_logit_scale.exp()
 
     # -- vision -----------------------------------------------------------------------------
+    def _pixels(self, images: torch.Tensor) -> torch.Tensor:
+        """Grey images ``[B, 1, H, W]`` -> backbone input ``[B, 3, H, W]`` (``vision_input``)."""
+        return _convnext.backbone_input(images, self.config.vision_input)
+
     def importance_logits(self, images: torch.Tensor) -> torch.Tensor:
         """``log w [B, N]`` from the low-resolution image (scorer ``f_g``).
 
@@ -199,9 +207,7 @@ class TopKSigLIP(nn.Module):
             images, size=(side, side), mode="bilinear", antialias=True, align_corners=False
         )
         stages = len(self.backbone.encoder.stages)
-        features = _convnext.run_stages(
-            self.backbone, _convnext.grayscale_to_input(low), stages - 1
-        )
+        features = _convnext.run_stages(self.backbone, self._pixels(low), stages - 1)
         scores = F.avg_pool2d(
             self.scorer_head(features), 3, stride=1, padding=1, count_include_pad=False
         )
@@ -216,7 +222,7 @@ class TopKSigLIP(nn.Module):
         """Patches ``[B, K, 1, P, P]`` -> mean-pooled backbone features ``[B, C_last]``."""
         b, k = patches.shape[:2]
         flat = patches.reshape(b * k, *patches.shape[2:])
-        features = _convnext.pooled_features(self.backbone, _convnext.grayscale_to_input(flat))
+        features = _convnext.pooled_features(self.backbone, self._pixels(flat))
         return features.view(b, k, -1).mean(dim=1)
 
     def encode_image(self, images: torch.Tensor, k: int | None = None) -> VisionOutput:
@@ -235,7 +241,7 @@ class TopKSigLIP(nn.Module):
                 resized = F.interpolate(
                     images, size=(side, side), mode="bilinear", antialias=True, align_corners=False
                 )
-            pooled = _convnext.pooled_features(self.backbone, _convnext.grayscale_to_input(resized))
+            pooled = _convnext.pooled_features(self.backbone, self._pixels(resized))
             return VisionOutput(self._project(pooled))
         k = k or self.config.k
         log_weights = self.importance_logits(images)

@@ -191,13 +191,14 @@ def pretrain_on_lesion_patches(
     seed: int = 0,
     malignancy_weight: float = 0.0,
     malignancy_on_normals: bool = False,
+    backbone_input: _convnext.BackboneInput = "gray",
 ) -> list[float]:
     """Train ``backbone`` (a transformers ConvNextModel) and a throwaway linear head, in place.
 
     Each step draws ``batch_size`` patches (random horizontal flips) and takes one AdamW step
     on the loss above (lambda = ``malignancy_weight``; 0 = lesion vs normal alone; with
     ``malignancy_on_normals`` the malignancy term also rates the normal patches). Returns the
-    loss of every step.
+    loss of every step. ``backbone_input`` is the model's ``vision_input``.
     """
     if malignancy_weight > 0 and not _has_both_outcomes(data, malignancy_on_normals):
         raise DataError(
@@ -218,7 +219,9 @@ def pretrain_on_lesion_patches(
         patches = data.patches[chosen]
         flips = torch.rand(batch_size, generator=generator) < 0.5
         patches = torch.where(flips.view(-1, 1, 1, 1), patches.flip(-1), patches).to(device)
-        pooled = _convnext.pooled_features(backbone, _convnext.grayscale_to_input(patches))
+        pooled = _convnext.pooled_features(
+            backbone, _convnext.backbone_input(patches, backbone_input)
+        )
         logits = head(pooled)
         loss = F.binary_cross_entropy_with_logits(logits[:, 0], data.labels[chosen].to(device))
         if malignancy_weight > 0 and data.cancer is not None:

@@ -498,6 +498,7 @@ class TopKSigLIPTask:
             seed=config.seed,
             malignancy_weight=config.lesion_pretrain_malignancy,
             malignancy_on_normals=config.lesion_pretrain_malignancy_normals,
+            backbone_input=config.vision_input,
         )
         tail = losses[-min(len(losses), 20) :]
         self.lesion_pretrain_loss = sum(tail) / len(tail)

@@ -246,15 +246,41 @@ def test_lesion_patches_need_both_kinds():
         lesion_patches(dataset, PATCH)
 
 
-def test_pretraining_fits_lesion_versus_normal_patches():
+@pytest.mark.parametrize("backbone_input", ["gray", "gray_tophat"])
+def test_pretraining_fits_lesion_versus_normal_patches(backbone_input):
     train_data = lesion_patches(_toy_dataset(40, seed=1)[0], PATCH, jitter=0.2, seed=1)
     torch.manual_seed(0)
     backbone = _convnext.build_convnext([1, 1, 1, 1], [8, 16, 32, 64], layer_scale_init=0.1)
     before = [p.detach().clone() for p in backbone.parameters()]
-    losses = pretrain_on_lesion_patches(backbone, train_data, steps=60, lr=3e-3, batch_size=16)
+    losses = pretrain_on_lesion_patches(
+        backbone, train_data, steps=60, lr=3e-3, batch_size=16, backbone_input=backbone_input
+    )
     assert len(losses) == 60
     assert np.mean(losses[:5]) > 0.6 and np.mean(losses[-10:]) < 0.3  # BCE from ~ln 2
     assert any(not torch.equal(a, b) for a, b in zip(before, backbone.parameters(), strict=True))
+
+
+def test_every_backbone_pass_of_a_tophat_run_reads_the_tophat_input(
+    tmp_path, tiny_topk_values, monkeypatch
+):
+    kinds: list[str] = []
+    real = _convnext.backbone_input
+
+    def recording(images: torch.Tensor, kind: str = "gray") -> torch.Tensor:
+        kinds.append(kind)
+        return real(images, kind)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_convnext, "backbone_input", recording)
+    task_config, run = _tiny_task_configs(
+        tmp_path,
+        tiny_topk_values(tau_anneal_steps=4, vision_input="gray_tophat"),
+        lesion_pretrain_steps=2,
+        scorer_pretrain_steps=2,
+    )
+    summary = train(build_task(task_config, run), run)
+    assert summary["steps"] == 3
+    # lesion pretraining (2), scorer pretraining (2), training and evaluation passes
+    assert len(kinds) > 8 and set(kinds) == {"gray_tophat"}
 
 
 def test_pretraining_reports_divergence():
