@@ -60,6 +60,7 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
         "vision_depths": [1, 1, 2, 1],
         "vision_hidden_sizes": [16, 32, 64, 128],
         "vision_layer_scale_init": 0.1,
+        "vision_input": "gray_tophat",
         "image_size": 256,
         "grid": 8,
         "overlap": 0.5,
@@ -92,6 +93,10 @@ DEMO_CONFIG: dict[str, dict[str, Any]] = {
     },
 }
 
+_BACKBONE_INPUT_WORDS = {
+    "gray": "the grey image",
+    "gray_tophat": "the image and its 3 and 5 px white top-hats",
+}
 SHIPPED_NAME = "topksiglip-demo"
 REBUILD_COMMAND = "make demo-models  (python -m medvl_engine.training.demo_models topksiglip-demo)"
 EVAL_COMMAND = (
@@ -176,7 +181,8 @@ def model_card(provenance: dict[str, Any], evaluation: dict[str, Any]) -> str:
         "it has never seen a real mammogram.",
         "",
         "A small TopKSigLIP (ConvNeXt of depths "
-        f"{task['vision_depths']} and widths {task['vision_hidden_sizes']}, a "
+        f"{task['vision_depths']} and widths {task['vision_hidden_sizes']} reading "
+        f"{_BACKBONE_INPUT_WORDS[task.get('vision_input', 'gray')]}, a "
         f"{task['image_size']} px breast image, a {task['grid']}x{task['grid']} candidate grid, "
         f"K = {task['k']}) with the pretrained all-MiniLM-L6-v2 sentence encoder as a frozen "
         "text tower. The text tower is not stored here: config.json names it "

@@ -189,6 +189,7 @@ def test_rebuild_writes_a_complete_demo_folder_with_its_test_metrics(tmp_path, m
     card = (folder / "MODEL_CARD.md").read_text()
     assert f"{printed['auroc_cancer']:.3f}" in card
     assert "test 8" in card and "not for diagnosis" in card
+    assert "reading the image and its 3 and 5 px white top-hats" in card  # the recipe's input
     assert demo_models.demo_notice_for(folder) == demo_models.DEMO_NOTICE
     model = load_topksiglip(folder)
     assert (model.config.image_size, model.config.grid) == (128, 4)
