@@ -27,12 +27,12 @@ REPO = Path(__file__).resolve().parents[3]
 SHIPPED = demo_models.SHIPPED_ROOT / "topksiglip-demo"
 METRIC_TOLERANCE = 1e-6
 """Shipped weights scored again here against the card: same weights, same breasts."""
-REBUILD_TOLERANCE = {"auroc_cancer": 0.06, "pointing_game": 0.08}
-"""A rebuild from scratch on another machine is a new draw, like another seed: half the width of
-the card's 95% bootstrap interval over the test breasts (cancer 0.759-0.880, Pointing Game
-0.667-0.828), wider than two standard deviations of the difference of two seeds (2 sqrt(2) x
-the std over seeds 0-2 that ``medvl-train topksiglip eval ... run.seeds=[0,1,2]`` printed,
-0.005 and 0.025: 0.014 and 0.071)."""
+REBUILD_TOLERANCE = {"auroc_cancer": 0.07, "pointing_game": 0.08}
+"""A rebuild from scratch on another machine is a new draw, like another seed: at least two
+standard deviations of the difference of two seeds (2 sqrt(2) x the std over seeds 0-2 that
+``medvl-train topksiglip eval ... run.seeds=[0,1,2]`` printed, 0.022 and 0.014: 0.062 and 0.040),
+rounded up; about the width of the card's 95% bootstrap interval for cancer AUROC
+(0.901-0.973) and half of it for the Pointing Game (0.757-0.894)."""
 
 
 def test_packaged_recipe_is_the_demo_yaml():
