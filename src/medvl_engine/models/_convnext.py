@@ -85,8 +85,9 @@ def white_tophat(images: torch.Tensor, size: int) -> torch.Tensor:
     """``x - opening(x)`` with a flat ``size x size`` square: ``[B, C, H, W]`` -> same shape.
 
     Grey-scale opening is erosion (minimum filter) then dilation (maximum filter); what is left
-    is the bright structures narrower than ``size`` px, above their local background. Pixels
-    beyond the border are ignored, so a crop is filtered as if it were the whole image.
+    is the bright structures narrower than ``size`` px, above their local background. Nothing
+    is padded in: near the border the filters use only the pixels inside, so a flat crop gives
+    0 and a speck away from the crop's edge keeps the value it has in the whole image.
     """
     pad = size // 2
     eroded = -F.max_pool2d(-images, size, stride=1, padding=pad)
