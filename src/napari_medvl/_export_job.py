@@ -55,6 +55,7 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
             f"use one of {', '.join(allowed)}.",
             path,
         )
+    _refuse_output_over_inputs(metadata, path)
     if kind == "heatmap":
         from medvl_engine.export import export_heatmap
 
@@ -76,6 +77,17 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
         metadata["topk_result"], breast.image, sources, [path], model=metadata.get("model")
     )
     return Path(written[0])
+
+
+def _refuse_output_over_inputs(metadata: dict[str, Any], path: Path) -> None:
+    """An export never replaces the slide, the mammogram views or the feature store it shows."""
+    from medvl_engine.export.input_guard import check_outputs_spare_inputs, dependent_outputs
+
+    inputs = [getattr(metadata.get("slide"), "path", None)]
+    inputs.append(getattr(metadata.get("feature_store"), "path", None))
+    inputs.extend(file for file in (metadata.get("sources") or {}).values() if file)
+    written = dependent_outputs(path) if metadata.get("medvl_kind") == "topk" else [path]
+    check_outputs_spare_inputs(written, inputs)
 
 
 def export_job(

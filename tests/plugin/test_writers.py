@@ -137,3 +137,11 @@ def test_classification_uses_the_opened_features_and_writers_save_its_map(
     assert not viewer.layers.save(str(path), selected=True, plugin="napari-medvl")
     assert not path.exists()
     assert "not a MedVL heatmap or TopK overlay" in notification_manager.records[before].message
+
+    # the slide itself as the target: refused in one sentence, the slide unchanged
+    viewer.layers.selection = {attention}
+    slide_bytes = small_slide.path.read_bytes()
+    before = len(notification_manager.records)
+    assert not viewer.layers.save(str(small_slide.path), selected=True, plugin="napari-medvl")
+    assert small_slide.path.read_bytes() == slide_bytes
+    assert "is the input small.tiff" in notification_manager.records[before].message

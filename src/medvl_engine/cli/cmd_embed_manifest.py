@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from medvl_engine.data.embed_manifest import build_embed_manifest
+    from medvl_engine.export.input_guard import check_outputs_spare_inputs
 
+    check_outputs_spare_inputs([args.out], [args.metadata, args.clinical])
     counts = build_embed_manifest(
         args.metadata,
         args.clinical,

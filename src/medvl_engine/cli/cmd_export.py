@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from medvl_engine.export import load_heatmap_npz
+    from medvl_engine.export.input_guard import check_outputs_spare_inputs
 
+    check_outputs_spare_inputs(args.out, [args.heatmap, args.slide])
     heatmap, layout = load_heatmap_npz(args.heatmap)
     slide = None
     if args.slide is not None:

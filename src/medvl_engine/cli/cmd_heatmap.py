@@ -52,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from medvl_engine.errors import ConfigError
     from medvl_engine.export import EXPORT_SUFFIXES
+    from medvl_engine.export.input_guard import check_outputs_spare_inputs
     from medvl_engine.heatmap import similarity_map
 
     for out in args.out:
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
                 f"Output {out.name} has an unknown type '{out.suffix}'; use one of "
                 f"{', '.join(EXPORT_SUFFIXES)}."
             )
+    check_outputs_spare_inputs(args.out, [args.slide, args.features, args.coords])
     check_prompts(args.prompt, args.mode)
     if args.normalize == "fixed" and args.range is None:
         raise ConfigError("--normalize fixed needs --range LOW HIGH.")
@@ -83,5 +85,7 @@ def run(args: argparse.Namespace) -> int:
             smooth_sigma=args.smooth,
             prompt=prompt_label(args.prompt, args.mode),
         )
+        # imported .h5/.pt features name no model: the exports name the one that scored them
+        heatmap.metadata["encoder"] = encoder.name
         write_outputs(args, heatmap, store, slide)
     return 0

@@ -56,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"output folder {path.parent} does not exist; create it first.")
     if args.k < 1:
         raise ConfigError(f"--k must be at least 1, got {args.k}.")
+    from medvl_engine.export.input_guard import check_outputs_spare_inputs, dependent_outputs
+
+    written = [file for path in outputs for file in dependent_outputs(path)]
+    check_outputs_spare_inputs(written, [args.cc, args.mlo])
 
     from medvl_engine._atomic import atomic_group
     from medvl_engine.export import write_topk_outputs

@@ -1,8 +1,9 @@
 """Files of a TopK-Patch result: GeoJSON (QuPath), CSV (+ importance .npy), PNG overlay.
 
 Boxes are written in each source view's own pixels, (x, y) with the origin at the top-left
-(QuPath's convention). Every file names the model that made it (GeoJSON ``model`` property
-and ``"medvl"`` metadata, CSV ``model`` / ``notice`` columns, PNG footer and text chunks) and,
+(QuPath's convention), clipped to the view; the ``image`` field holds the view's file name,
+never its folder. Every file names the model that made it (GeoJSON ``model`` property and
+``"medvl"`` metadata, CSV ``model`` / ``notice`` columns, PNG footer and text chunks) and,
 for a demo model, carries "demo model trained on synthetic data, not for diagnosis". All
 writers go through a temporary file in the target folder that is renamed when complete, so a
 failed export never leaves a half-written file.
@@ -64,7 +65,7 @@ def topk_geojson(
                     "classification": {"name": "TopK patch"},
                     "name": f"{view} #{rank}",
                     "view": view,
-                    "image": str(sources.get(view, "")),
+                    "image": _file_name(sources.get(view)),
                     "rank": rank,
                     "score": score,
                     "measurements": {"rank": float(rank), "score": score},
@@ -173,7 +174,7 @@ def write_topk_outputs(
                             rank,
                             f"{score:.6g}",
                             *[f"{v:.2f}" for v in box],
-                            sources.get(view, ""),
+                            _file_name(sources.get(view)),
                             *label,
                         ]
                     )
@@ -197,6 +198,11 @@ def write_topk_outputs(
                 f"output {path} has an unsupported extension; use .geojson, .csv or .png.", path
             )
     return written
+
+
+def _file_name(source: Path | str | None) -> str:
+    """The view's file name only: a folder path can name the patient or the hospital share."""
+    return Path(source).name if source else ""
 
 
 def _write_bytes(data: bytes, handle: IO[bytes]) -> None:

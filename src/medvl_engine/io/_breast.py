@@ -81,6 +81,11 @@ class BreastImage:
         """[N, 2] (x, y) breast-image px -> [N, 2] (x, y) source px of ``view``."""
         return _apply(np.linalg.inv(self._placement(view).matrix), points_xy)
 
+    def source_size(self, view: str) -> tuple[int, int]:
+        """(width, height) px of ``view``'s source image: the bounds its boxes are clipped to."""
+        rows, columns = self._placement(view).source_shape
+        return columns, rows
+
     def boxes_from_source(self, view: str, boxes: npt.ArrayLike) -> np.ndarray:
         """[N, 4] boxes (x0, y0, x1, y1) source px -> [N, 4] breast-image px (by corners)."""
         return _map_boxes(self._placement(view).matrix, boxes)

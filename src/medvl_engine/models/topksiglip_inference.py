@@ -62,7 +62,9 @@ def predict_topk(
     breast: a BreastImage (``image`` float32 ``[S', S']`` in [0, 1], ``to_source``) or a bare
     ``[S', S']`` array (boxes then stay in breast px for both views). The image is resized to
     the model's side S when needed; boxes are scaled back. A box is assigned to the view (top
-    half CC, bottom half MLO) holding its centre, clipped to that half, and its corners mapped.
+    half CC, bottom half MLO) holding its centre, clipped to that half, and its corners mapped;
+    when ``breast`` knows its views' ``source_size`` the box is then clipped to that view's
+    pixels, so no coordinate is negative or past the image.
     """
     image = np.asarray(getattr(breast, "image", breast), dtype=np.float32)
     if image.ndim != 2 or image.shape[0] != image.shape[1]:
@@ -88,6 +90,7 @@ def predict_topk(
     scale = image.shape[0] / side
     breast_boxes = model.geometry.boxes(indices) * scale
     half = image.shape[0] / 2.0
+    source_size = getattr(breast, "source_size", None)
     per_view: dict[str, list[tuple[int, float, np.ndarray]]] = {"CC": [], "MLO": []}
     for rank, (box, index) in enumerate(zip(breast_boxes, indices, strict=True), start=1):
         view = _view_of(box, image.shape[0])
@@ -99,6 +102,9 @@ def predict_topk(
         mapped = np.array(
             [corners[:, 0].min(), corners[:, 1].min(), corners[:, 0].max(), corners[:, 1].max()]
         )
+        if source_size is not None:  # a patch over the padding beside the breast
+            width, height = source_size(view)
+            mapped = np.clip(mapped, 0.0, [width, height, width, height])
         per_view[view].append((rank, float(probs[index]), mapped))
     boxes = {v: np.array([m for _, _, m in items]).reshape(-1, 4) for v, items in per_view.items()}
     ranks = {v: np.array([r for r, _, _ in items], dtype=np.int64) for v, items in per_view.items()}

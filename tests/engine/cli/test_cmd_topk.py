@@ -158,3 +158,48 @@ def test_bad_inputs_exit_2_with_one_sentence(tmp_path, model_dir, capsys):
     )
     assert "exceeds" in capsys.readouterr().err
     assert not (tmp_path / "b.csv").exists() and not (tmp_path / "c.csv").exists()
+
+
+def test_every_box_stays_inside_its_view_and_files_name_views_without_folders(
+    tmp_path, model_dir, capsys
+):
+    """All 64 candidates (the padding beside each breast included) land inside the source
+    view's pixels, and the CSV / GeoJSON name each view by its file name only."""
+    folder = tmp_path / "patient-0042-smith"
+    folder.mkdir()
+    cc, mlo = folder / "case_L_CC.png", folder / "case_L_MLO.png"
+    _planted_view(cc, (120, 150), 0)
+    _planted_view(mlo, (100, 230), 1)
+    table, document_path = tmp_path / "all.csv", tmp_path / "all.geojson"
+    argv = ["topk", str(cc), str(mlo), "--model", str(model_dir), "--k", "64"]
+    assert main([*argv, "--out", str(table), "--out", str(document_path)]) == 0
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == 64
+    h, w = VIEW_SHAPE
+    for row in rows:
+        x0, y0, x1, y1 = (float(row[key]) for key in ("x0", "y0", "x1", "y1"))
+        assert 0 <= x0 <= x1 <= w and 0 <= y0 <= y1 <= h, row
+        assert row["image"] == f"case_L_{row['view']}.png"
+    text = table.read_text() + document_path.read_text()
+    assert "patient-0042-smith" not in text and str(tmp_path) not in text
+    images = {f["properties"]["image"] for f in json.loads(document_path.read_text())["features"]}
+    assert images == {"case_L_CC.png", "case_L_MLO.png"}
+
+
+def test_an_output_that_is_an_input_view_is_refused_before_the_model_loads(
+    tmp_path, model_dir, capsys
+):
+    cc, mlo = tmp_path / "b_L_CC.png", tmp_path / "b_L_MLO.png"
+    _planted_view(cc, (120, 150), 0)
+    _planted_view(mlo, (100, 230), 1)
+    before = cc.read_bytes()
+    argv = ["topk", str(cc), str(mlo), "--model", str(tmp_path / "no-model-here")]
+    assert main([*argv, "--out", str(cc)]) == 2
+    err = capsys.readouterr().err
+    assert "is the input b_L_CC.png" in err and err.count("\n") == 1  # not "model not found"
+    assert cc.read_bytes() == before
+    # the CSV's importance grid is written beside it: it may not replace an input either
+    grid = tmp_path / "t_importance.npy"
+    np.save(grid, np.zeros(3))
+    assert main(["topk", str(grid), str(mlo), "--out", str(tmp_path / "t.csv")]) == 2
+    assert "is the input t_importance.npy" in capsys.readouterr().err

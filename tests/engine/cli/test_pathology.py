@@ -203,3 +203,26 @@ def test_blank_slide_is_reported_not_scored(tmp_path, capsys):
     assert main(["heatmap", str(blank), "--prompt", "t", "--out", str(tmp_path / "b.png")]) == 2
     assert "blank.tiff: no patch holds enough tissue" in capsys.readouterr().err
     assert not (tmp_path / "b.png").exists()
+
+
+def test_exports_from_imported_h5_name_the_model_that_scored_them(slide_path, tmp_path, capsys):
+    from medvl_engine.encoders import load_encoder
+
+    dim = load_encoder("medvl-demo").embed_dim
+    h5_path = tmp_path / "case.h5"
+    cols, rows = np.meshgrid(np.arange(4) * 256, np.arange(3) * 256)
+    with h5py.File(h5_path, "w") as handle:
+        handle["features"] = np.random.default_rng(0).standard_normal((12, dim)).astype("f4")
+        handle["coords"] = np.stack([cols.ravel(), rows.ravel()], axis=1)
+        handle["coords"].attrs["patch_size_level0"] = 256
+    table = tmp_path / "scores.csv"
+    argv = ["heatmap", str(slide_path), "--features", str(h5_path), "--prompt", "tumor"]
+    assert main([*argv, "--model", "medvl-demo", "--out", str(table)]) == 0
+    import csv
+
+    with open(table, newline="") as handle:
+        rows_read = list(csv.DictReader(handle))
+    assert len(rows_read) == 12
+    assert {row["model"] for row in rows_read} == {"medvl-demo"}  # was "unknown"
+    notices = {row["notice"] for row in rows_read}
+    assert notices == {"demo model trained on synthetic data, not for diagnosis"}
