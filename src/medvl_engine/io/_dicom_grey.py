@@ -11,6 +11,13 @@ grey); a chosen window whose centre is not a number or whose width is not positi
 needs at least 1), because the grey levels to show are then unknown (the sentence names the
 file's other VOI choices when it has some); LUT items without a usable descriptor or table;
 palette colour without its palette.
+
+What was read is checked too: a LUT whose data holds fewer entries than its descriptor
+declares; a Modality LUT that covers less than half of the stored values the image holds (the
+rest would be clamped to its ends); a rescale that overflows to infinity; and any step that
+turns an image of several stored values into one grey (a window or LUT far off the image's
+values, an intercept that swallows them) is refused in a sentence naming the step, rather
+than shown as a blank picture.
 """
 
 from __future__ import annotations
@@ -74,13 +81,84 @@ def _rescale(path: Path, dataset: Any) -> tuple[float, float]:
     return numbers[0], numbers[1]
 
 
-def _modality_values(path: Path, dataset: Any, stored: np.ndarray) -> np.ndarray:
-    """Modality LUT (C.11.1): LUT sequence when present, else rescale slope/intercept."""
+def _modality_values(
+    path: Path, dataset: Any, stored: np.ndarray, stored_range: tuple[float, float]
+) -> np.ndarray:
+    """Modality LUT (C.11.1): LUT sequence when present, else rescale slope/intercept.
+
+    ``stored_range`` is (lowest, highest) stored value of the image: a LUT must cover most
+    of it, and the rescaled values must stay finite."""
     sequence = dataset.get("ModalityLUTSequence")
     if sequence:
+        _check_lut_covers(path, sequence[0], stored_range)
         return _lut(path, sequence[0], "Modality LUT Sequence", stored, _voi.apply_lut)
     slope, intercept = _rescale(path, dataset)
-    return _voi.rescale(stored, slope, intercept)
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = _voi.rescale(stored, slope, intercept)
+    if not np.isfinite(values).all():
+        low, high = stored_range
+        raise CorruptFileError(
+            f"{path.name}: its rescale slope {slope:g} and intercept {intercept:g} (Rescale "
+            f"Slope, Rescale Intercept) take its stored values {low:g}..{high:g} beyond the "
+            "largest number a computer holds, so no pixel value can be computed; fix the "
+            "file's rescale tags or re-export it.",
+            path,
+        )
+    return values
+
+
+_MIN_LUT_COVER = 0.5
+"""Share of the image's stored value range a Modality LUT must cover (the rest is clamped)."""
+
+
+def _check_lut_covers(path: Path, item: Any, stored_range: tuple[float, float]) -> None:
+    """Refuse a Modality LUT whose inputs cover less than half of the stored values' range:
+    every value past its ends takes the end's entry, so the image would lose its contrast."""
+    descriptor = [whole_number(v) for v in as_list(item.get("LUTDescriptor"))]
+    if len(descriptor) != 3 or descriptor[0] is None or descriptor[1] is None:
+        return  # _lut refuses it in words
+    entries, start = int(descriptor[0] or 65536), int(descriptor[1])
+    low, high = stored_range
+    span = high - low + 1
+    covered = min(high, start + entries - 1) - max(low, start) + 1
+    if span > 2 and max(covered, 0) < _MIN_LUT_COVER * span:
+        raise CorruptFileError(
+            f"{path.name}: its Modality LUT Sequence maps stored values {start:,}.."
+            f"{start + entries - 1:,} ({entries:,} entries, LUT Descriptor), but the image's "
+            f"stored values run {low:,.0f}..{high:,.0f}, so most pixels would take one grey; "
+            "the file is damaged, fix its Modality LUT or re-export it.",
+            path,
+        )
+
+
+_FLAT = 1.0 / 255.0
+"""Display spread under which an image shows as one grey (less than one 8-bit level)."""
+
+
+def _spread(values: np.ndarray, present: np.ndarray | None) -> float:
+    occurring = values if present is None else values[present]
+    if occurring.size == 0:
+        return 0.0
+    return float(np.max(occurring)) - float(np.min(occurring))
+
+
+def _check_not_flat(
+    path: Path,
+    stored_range: tuple[float, float],
+    values: np.ndarray,
+    present: np.ndarray | None,
+    step: str,
+    limit: float,
+    remedy: str,
+) -> None:
+    """Refuse when ``step`` turned stored values that differ into (nearly) one value."""
+    low, high = stored_range
+    if high > low and _spread(values, present) <= limit:
+        raise CorruptFileError(
+            f"{path.name}: {step} turns its stored values {low:,.0f}..{high:,.0f} into one "
+            f"grey, so the image would show blank; {remedy}",
+            path,
+        )
 
 
 def _lut(path: Path, item: Any, where: str, values: np.ndarray, apply: Any) -> np.ndarray:
@@ -93,17 +171,25 @@ def _lut(path: Path, item: Any, where: str, values: np.ndarray, apply: Any) -> n
             "levels are unknown; fix the file or re-export it.",
             path,
         )
+    entries = int(descriptor[0] or 65536)
     if isinstance(data, bytes):
-        entries = descriptor[0] or 65536
-        table = np.frombuffer(
-            data[: len(data) - len(data) % 2] if len(data) != entries else data,
-            dtype="u1" if len(data) == entries else "<u2",
-        ).tolist()
+        bits = int(descriptor[2] or 16)
+        if bits <= 8 and len(data) in (entries, entries + 1):  # 8-bit entries, packed
+            table = np.frombuffer(data[:entries], dtype="u1").tolist()
+        else:
+            table = np.frombuffer(data[: len(data) - len(data) % 2], dtype="<u2").tolist()
     else:
         table = [int(v) for v in as_list(data)]
     if not table:
         raise CorruptFileError(
             f"{path.name}: its {where} holds an empty table; fix the file or re-export it.", path
+        )
+    if len(table) < entries:
+        raise CorruptFileError(
+            f"{path.name}: its {where} declares {entries:,} entries (LUT Descriptor) but its "
+            f"LUT Data holds {len(table):,}, so the grey levels of most values are unknown; "
+            "the file is damaged, re-copy or re-export it.",
+            path,
         )
     return np.asarray(apply(values, descriptor, table))
 
@@ -194,6 +280,11 @@ def _apply_voi(
     return _lut(path, item, where, values, _voi.voi_lut), choices[voi_index]
 
 
+def _voi_words(voi_name: str) -> str:
+    """The chosen VOI as the subject of a sentence: 'its VOI window 40/400 LINEAR'."""
+    return f"its {voi_name}" if voi_name.startswith("VOI LUT") else f"its VOI {voi_name}"
+
+
 def display_pixels(
     path: Path, dataset: Dataset, stored: np.ndarray, photometric: str | None, voi_index: int
 ) -> tuple[np.ndarray, str]:
@@ -204,8 +295,11 @@ def display_pixels(
     gives the same values as running it per pixel at a fraction of the cost.
     """
     use_table = np.issubdtype(stored.dtype, np.integer) and stored.size > 0
+    stored_range = (0.0, 0.0)
+    if stored.size:
+        stored_range = (float(stored.min()), float(stored.max()))
     if use_table:
-        low, high = int(stored.min()), int(stored.max())
+        low, high = int(stored_range[0]), int(stored_range[1])
         use_table = high - low <= 2**16
     if use_table:
         if low == 0:
@@ -215,13 +309,33 @@ def display_pixels(
         else:
             offsets = stored.astype(np.int32) - np.int32(low)
         inputs = np.arange(low, high + 1, dtype=np.float64)
-        present = None
-        if not voi_options(dataset):  # the full-range window needs the levels that occur
-            present = np.bincount(offsets.ravel(), minlength=inputs.size) > 0
+        present: np.ndarray | None = np.bincount(offsets.ravel(), minlength=inputs.size) > 0
     else:
         inputs, present = stored, None
-    values = _modality_values(path, dataset, inputs)
+    values = _modality_values(path, dataset, inputs, stored_range)
+    if dataset.get("ModalityLUTSequence"):
+        modality = "its Modality LUT Sequence"
+    else:
+        slope, intercept = _rescale(path, dataset)
+        modality = f"its rescale (Rescale Slope {slope:g}, Rescale Intercept {intercept:g})"
+    _check_not_flat(
+        path,
+        stored_range,
+        values,
+        present,
+        modality,
+        0.0,
+        "fix the file's rescale tags or Modality LUT, or re-export it.",
+    )
     display, voi_name = _apply_voi(path, dataset, values, voi_index, present)
+    choices = voi_options(dataset)
+    if choices:
+        others = (
+            f"pick another VOI choice (0..{len(choices) - 1}) or fix the file's VOI tags."
+            if len(choices) > 1
+            else "fix the file's Window Center and Window Width (or VOI LUT) or re-export it."
+        )
+        _check_not_flat(path, stored_range, display, present, _voi_words(voi_name), _FLAT, others)
     # MONOCHROME1 shows low values white; its Presentation LUT Shape is INVERSE by rule
     # (PS3.3 C.11.6.1), so the two ask for one inversion, which INVERSE alone also asks for.
     shape = (_text(dataset.get("PresentationLUTShape")) or "").upper()

@@ -5,7 +5,9 @@ Stored values go through the grayscale pipeline of :mod:`medvl_engine.io._dicom_
 which refuses values that would give a wrong picture. Patient identifiers are kept apart
 from the other properties.
 
-Pixel data whose length contradicts the header (truncated, or a Samples per Pixel that does
+The memory decoding takes (every frame, then the grey pipeline of one) is checked against the
+decode budget from the header, before pydicom decodes anything. Pixel data whose length
+contradicts the header (truncated, or a Samples per Pixel that does
 not match) is refused in words before it is decoded. A pixel spacing that is not two positive
 numbers only matters for measurements, so the image is shown with its spacing treated as
 unknown and the ``medvl.pixel_spacing_warning`` property saying why. A placeholder (fewer
@@ -37,7 +39,7 @@ from medvl_engine.io._dicom_values import (
     stated,
     whole_number,
 )
-from medvl_engine.io._limits import check_decode_size
+from medvl_engine.io._limits import check_decode_bytes
 from medvl_engine.io._mammogram import VIEW_NAMES, Mammogram, parse_file_name
 
 __all__ = ["PRIVATE_DICOM_KEYWORDS", "display_pixels", "open_dicom_mammogram", "voi_options"]
@@ -151,6 +153,30 @@ def _placeholder_problem(rows: int, columns: int) -> str | None:
         "header describes the view but the pixels were left out, use the full image from the "
         "archive or the modality"
     )
+
+
+_PIPELINE_BYTES = 14
+"""Bytes per pixel of one frame the grey pipeline holds besides the decoded frames, for
+samples of up to 16 bits (run through a table of levels): level offsets (4), the float32
+display image (4), level counts and the frame's own copy (6)."""
+
+_FLOAT_PIPELINE_BYTES = 48
+"""The same for wider or float samples, run pixel by pixel in float64 (values, window
+branches and clipping: five float64 arrays, the float32 display image and a copy)."""
+
+
+def _check_decode_budget(path: Path, dataset: Any, rows: int, columns: int) -> None:
+    """Refuse, from the header alone, pixel data that would take more memory to decode and
+    convert than one decode may use: every frame is decoded at once, then one is converted."""
+    samples = max(whole_number(dataset.get("SamplesPerPixel")) or 1, 1)
+    bits = max(whole_number(dataset.get("BitsAllocated")) or 8, 1)
+    frames = max(whole_number(dataset.get("NumberOfFrames")) or 1, 1)
+    decoded = frames * samples * -(-bits // 8)
+    pipeline = _PIPELINE_BYTES
+    if bits > 16 or samples > 1 or "FloatPixelData" in dataset:
+        pipeline = _FLOAT_PIPELINE_BYTES + (24 if samples > 1 else 0)  # + float64 colour
+    what = "the mammogram" if frames == 1 else f"the mammogram ({frames:,} frames decoded at once)"
+    check_decode_bytes(path, columns, rows, decoded + pipeline, what)
 
 
 def _check_native_length(path: Path, dataset: Any, rows: int, columns: int) -> None:
@@ -286,6 +312,20 @@ def _pixel_spacing(dataset: Any) -> tuple[tuple[float, float] | None, str | None
     return None, None
 
 
+def _blank_warning(stored: np.ndarray) -> str | None:
+    """A sentence when every stored pixel holds the same value: the file is read as it is,
+    but the view shows one grey, which a reader should be told."""
+    if stored.size < 2:
+        return None
+    low, high = float(stored.min()), float(stored.max())
+    if high > low:
+        return None
+    return (
+        f"every pixel stores the same value ({low:g}), so the image shows one grey; check "
+        "that this is the view meant"
+    )
+
+
 def open_dicom_mammogram(path: Path, voi_index: int, placeholder_ok: bool = False) -> Mammogram:
     """Read a DICOM mammogram: stored values through the grayscale pipeline, plus metadata.
 
@@ -310,7 +350,7 @@ def _open(path: Path, voi_index: int, placeholder_ok: bool) -> Mammogram:
     problem = _placeholder_problem(rows, columns)
     if problem and not placeholder_ok:
         raise UnsupportedFormatError(f"{path.name}: {problem}.", path)
-    check_decode_size(path, columns, rows, "the mammogram")
+    _check_decode_budget(path, dataset, rows, columns)
     _check_native_length(path, dataset, rows, columns)
     stored = _stored_pixels(path, dataset)
     problem = problem or _placeholder_problem(*stored.shape)
@@ -338,6 +378,7 @@ def _open(path: Path, voi_index: int, placeholder_ok: bool) -> Mammogram:
         "manufacturer": _text(dataset.get("Manufacturer")),
         "presentation_lut_shape": _text(dataset.get("PresentationLUTShape")),
         "medvl.pixel_spacing_warning": spacing_warning,
+        "medvl.blank_warning": None if problem else _blank_warning(stored),
     }
     private = {
         keyword: str(dataset.get(keyword))

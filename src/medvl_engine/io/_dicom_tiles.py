@@ -230,6 +230,14 @@ class FrameSource:
             if self.planar and self.samples > 1:
                 return pixels.reshape(self.samples, tile_h, tile_w).transpose(1, 2, 0)
             return pixels.reshape(tile_h, tile_w, self.samples)
+        if not data.rstrip(b"\x00").endswith(b"\xff\xd9"):
+            # every JPEG-family stream ends in its end marker (FFD9); cut short, libjpeg
+            # would fill the rest of the tile with grey without a word
+            raise CorruptFileError(
+                f"{self.path.name}: tile {index + 1} of {self.label} is cut short (its "
+                f"{self.codec_name} data stops before its end marker); {DAMAGED}",
+                self.path,
+            )
         try:
             pixels = np.asarray(self.codec(data))
         except Exception as error:  # decoders raise their own types for damaged streams

@@ -25,6 +25,13 @@ __all__ = [
     "max_decode_pixels",
     "max_slide_pixels",
     "max_tile_pixels",
+    "MAX_ARRAY_BYTES",
+    "check_array_bytes",
+    "format_bytes",
+    "max_array_bytes",
+    "DECODE_BYTES_PER_PIXEL",
+    "check_decode_bytes",
+    "max_decode_bytes",
 ]
 
 MAX_DECODE_PIXELS = 2**28
@@ -124,5 +131,93 @@ def check_slide_size(path: str | os.PathLike[str], width: int, height: int) -> N
             f"{name}: declares {int(width):,} x {int(height):,} px ({format_pixels(pixels)}), "
             f"more than the {format_pixels(limit)} a slide may have ({_ENV_SLIDE}); the header "
             "is damaged or forged, re-export the slide.",
+            path,
+        )
+
+
+# ---- arrays read from non-image files (feature .h5/.pt/.npz, zarr stores) ----
+
+MAX_ARRAY_BYTES = 2**31
+"""Bytes one array read from a file may take in memory once decoded (2 GiB: 200,000 patches x
+2,560 float32 features, the largest slide of the largest common encoder). Checked against the
+shape a file declares, before anything is read, so compression bombs and lazily declared
+datasets are refused."""
+
+_ENV_ARRAY = "MEDVL_MAX_ARRAY_BYTES"
+
+
+def max_array_bytes() -> int:
+    """Bytes one array read from a file may take (env MEDVL_MAX_ARRAY_BYTES)."""
+    return _setting(_ENV_ARRAY, MAX_ARRAY_BYTES)
+
+
+def format_bytes(count: int) -> str:
+    """A byte count in words: '2.1 GB', '512 MB', '900 bytes'."""
+    for size, word in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if count >= size:
+            return f"{count / size:.3g} {word}"
+    return f"{count:,} bytes"
+
+
+def check_array_bytes(
+    path: str | os.PathLike[str], what: str, shape: tuple[int, ...], itemsize: int
+) -> None:
+    """Refuse ``what`` (e.g. "its 'features' dataset") of ``shape`` x ``itemsize`` bytes when
+    it would take more than the array limit in memory, naming the shape and the setting."""
+    count = 1
+    for side in shape:
+        count *= max(int(side), 0)
+    needed = count * max(int(itemsize), 1)
+    limit = max_array_bytes()
+    if needed > limit:
+        name = Path(path).name
+        dims = " x ".join(f"{int(side):,}" for side in shape)
+        raise ResourceLimitError(
+            f"{name}: {what} declares {dims} values ({format_bytes(needed)} in memory), more "
+            f"than the {format_bytes(limit)} one array may take ({_ENV_ARRAY}); the file is "
+            "damaged or forged, or raise the limit if this machine has the memory.",
+            path,
+        )
+
+
+# ---- whole images decoded in one piece, counted in bytes (PNG, JPEG, strip TIFF, DICOM) ----
+
+DECODE_BYTES_PER_PIXEL = 3
+"""Bytes each pixel of the decode limit stands for: MAX_DECODE_PIXELS is "800 MB as RGB", so
+a decode may take max_decode_pixels() * 3 bytes in all, however its pixels are stored."""
+
+
+def max_decode_bytes() -> int:
+    """Bytes one whole-image decode may take in memory, from MEDVL_MAX_DECODE_PIXELS at
+    DECODE_BYTES_PER_PIXEL bytes each (805 MB by default)."""
+    return max_decode_pixels() * DECODE_BYTES_PER_PIXEL
+
+
+def check_decode_bytes(
+    path: str | os.PathLike[str],
+    width: int,
+    height: int,
+    bytes_per_pixel: float,
+    what: str,
+    advice: str = _CONVERT,
+) -> None:
+    """Refuse to decode ``what`` of width x height px when it would take more memory than
+    :func:`max_decode_bytes`, counting ``bytes_per_pixel`` (every buffer the decode holds at
+    once: the decoder's own, the converted copy, derived levels) before anything is set aside.
+
+    Also refuses what :func:`check_decode_size` refuses, so a caller needs only this one.
+    """
+    check_decode_size(path, width, height, what, advice)
+    pixels = max(int(width), 0) * max(int(height), 0)
+    needed = int(pixels * float(bytes_per_pixel))
+    limit = max_decode_bytes()
+    if needed > limit:
+        name = Path(path).name
+        raise ResourceLimitError(
+            f"{name}: {what} is {int(width):,} x {int(height):,} px, which takes "
+            f"{format_bytes(needed)} to decode and convert ({float(bytes_per_pixel):g} bytes "
+            f"per pixel), more than the {format_bytes(limit)} one decode may use "
+            f"({_ENV_DECODE} = {format_pixels(max_decode_pixels())} at "
+            f"{DECODE_BYTES_PER_PIXEL} bytes each); {advice}.",
             path,
         )

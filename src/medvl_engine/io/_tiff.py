@@ -4,7 +4,9 @@ tiffslide supplies the metadata (levels, mpp, vendor, objective power,
 associated images). Pixels of tiled, chunky pages are decoded straight from
 the file: a chunk's tiles are read with ``os.pread`` and decoded by tifffile's
 own segment decoder in a thread pool. Other layouts (strips, planar samples,
-multi-page levels) are read through tiffslide's zarr store.
+multi-page levels) are read through tiffslide's zarr store. What the pixels mean is checked
+by :mod:`medvl_engine.io._tiff_pixels` (colour model, tiles and JPEG tables cut short); an mpp
+no light microscope records is treated as unknown, with ``medvl.mpp_warning`` saying why.
 """
 
 from __future__ import annotations
@@ -28,14 +30,29 @@ from medvl_engine.io._levels import (
     to_rgb,
     wrap_decode_errors,
 )
-from medvl_engine.io._limits import check_decode_size, check_tile_size
+from medvl_engine.io._limits import check_decode_bytes, check_tile_size
 from medvl_engine.io._slide_parts import SlideParts
 from medvl_engine.io._tiff_ifds import check_ifd_chain
+from medvl_engine.io._tiff_pixels import (
+    PixelMap,
+    check_jpeg_tables,
+    check_tile_ends,
+    photometric_map,
+    tile_cut_short,
+    tile_problem,
+)
 
 __all__ = ["open_tiff_slide"]
 
 MAX_MICROSCOPE_MPP = 50.0
 """A level-0 resolution coarser than this (um/px) is a screen/print default (e.g. 72 dpi)."""
+
+MIN_MICROSCOPE_MPP = 0.01
+"""A level-0 resolution finer than this (um/px) is no light microscope's (its optics resolve
+about 0.2 um; 100x oil scanners record about 0.1 um/px): the header is damaged."""
+
+OPEN_CHECKED_CHUNKS = 4096
+"""Chunks of a level read through tifffile's store whose end markers are checked at open."""
 
 _SPARSE_TILE_VENDORS = ("philips_tiff",)
 """Formats whose writers leave empty tiles out (length 0): those tiles are background."""
@@ -54,8 +71,11 @@ class _TiledPageSource:
         page: Any,
         level: int,
         sparse_is_background: bool = False,
+        pixel_map: PixelMap | None = None,
     ) -> None:
         self.path = path
+        self.level = level
+        self.pixel_map = pixel_map
         self.reader = reader
         height, width = int(page.imagelength), int(page.imagewidth)
         self.shape = (height, width, 3)
@@ -67,7 +87,11 @@ class _TiledPageSource:
         self.counts = page.databytecounts
         self.sparse_is_background = sparse_is_background
         self.jpeg2000 = int(page.compression) in JPEG2000_COMPRESSIONS
+        self.compression = int(page.compression)
+        self.tile_bytes = self.tile_hw[0] * self.tile_hw[1] * self.samples
         keyframe = page.keyframe
+        # NDPI "tiles" are restart intervals of one JPEG stream: no end marker of their own
+        self.check_ends = getattr(keyframe, "jpegheader", None) is None
         self.decode = keyframe.decode
         self.decode_args: dict[str, Any] = {"_fullsize": True}
         if page.jpegtables is not None:
@@ -88,6 +112,9 @@ class _TiledPageSource:
         data = self.reader.read(offset, count)
         if len(data) != count:
             raise ValueError("tile data ends before its recorded length")
+        why = tile_cut_short(data, self.compression, self.tile_bytes) if self.check_ends else None
+        if why is not None:
+            raise tile_problem(self.path, self.level, "tile", col, row, why)
         if self.jpeg2000:
             self._check_stated_size(data, row, col)
         segment = self.decode(data, index, **self.decode_args)[0]
@@ -128,7 +155,8 @@ class _TiledPageSource:
             if tile is None:  # a tile the scanner skipped (where the format allows it)
                 target[...] = _WHITE
                 return
-            target[...] = to_rgb(tile[sy0 - ty0 : sy1 - ty0, sx0 - tx0 : sx1 - tx0])
+            part = tile[sy0 - ty0 : sy1 - ty0, sx0 - tx0 : sx1 - tx0]
+            target[...] = to_rgb(part if self.pixel_map is None else self.pixel_map(part))
 
         for_each_in_parallel(place, cells)
         return out
@@ -137,8 +165,11 @@ class _TiledPageSource:
 class _ZarrLevelSource:
     """Pixels of one level read through tiffslide's zarr array (axes YXS, YX or CYX)."""
 
-    def __init__(self, path: Path, array: Any, axes: str, level: int) -> None:
+    def __init__(
+        self, path: Path, array: Any, axes: str, level: int, pixel_map: PixelMap | None = None
+    ) -> None:
         self.array = array
+        self.pixel_map = pixel_map
         self.axes = axes
         if axes == "CYX":
             height, width = int(array.shape[1]), int(array.shape[2])
@@ -155,6 +186,8 @@ class _ZarrLevelSource:
             window = np.moveaxis(np.asarray(self.array[:, y0:y1, x0:x1]), 0, -1)
         else:
             window = np.asarray(self.array[y0:y1, x0:x1])
+        if self.pixel_map is not None:
+            window = self.pixel_map(window)
         return to_rgb(np.ascontiguousarray(window))
 
 
@@ -365,11 +398,15 @@ def _fill_parts(
     for level_index, level in enumerate(series.levels):
         keyframe = level.keyframe
         _check_page_decodable(path, keyframe)
+        pixel_map = photometric_map(path, keyframe, level_index)
+        check_jpeg_tables(path, keyframe, level_index)
         pages = list(level.pages)
         for page in pages:
             _check_chunk_table(path, page, keyframe, level_index, file_size, sparse_is_background)
         if single_plain_image:
-            check_decode_size(path, keyframe.imagewidth, keyframe.imagelength, "the image")
+            # the decoded samples, their RGB copy, the coarser levels and halving bands
+            cost = int(keyframe.samplesperpixel) + 3 + 2
+            check_decode_bytes(path, keyframe.imagewidth, keyframe.imagelength, cost, "the image")
         else:
             chunk_h, chunk_w = _chunk_hw(keyframe)
             check_tile_size(path, chunk_w, chunk_h, keyframe.samplesperpixel, level_index)
@@ -382,12 +419,15 @@ def _fill_parts(
         )
         if direct:
             source: Any = _TiledPageSource(
-                path, reader, pages[0], level_index, sparse_is_background
+                path, reader, pages[0], level_index, sparse_is_background, pixel_map
             )
         else:
+            if getattr(keyframe, "jpegheader", None) is None:
+                for page in pages:
+                    check_tile_ends(path, reader.read, page, level_index, OPEN_CHECKED_CHUNKS)
             if group is None:
                 group = slide.zarr_group
-            source = _ZarrLevelSource(path, group[str(level_index)], axes, level_index)
+            source = _ZarrLevelSource(path, group[str(level_index)], axes, level_index, pixel_map)
             parts.tiled = parts.tiled and bool(keyframe.is_tiled)
         parts.sources.append(source)
         parts.tile_sizes.append(tuple(source.tile_hw))
@@ -402,6 +442,13 @@ def _fill_parts(
         parts.mpp = (mpp_x, mpp_y)
     if parts.mpp is None and slide.ts_tifffile.is_ome:
         parts.mpp = _ome_mpp(slide.ts_tifffile.ome_metadata, series_index)
+    if parts.mpp is not None and min(parts.mpp) < MIN_MICROSCOPE_MPP:
+        parts.properties["medvl.mpp_warning"] = (
+            f"the stated pixel size {parts.mpp[0]:g} x {parts.mpp[1]:g} um is finer than any "
+            f"light microscope records (below {MIN_MICROSCOPE_MPP:g} um/px), so it is treated "
+            "as unknown: sizes are in pixels and no distance in um can be measured"
+        )
+        parts.mpp = None
     parts.objective_power = _float_or_none(properties.get("tiffslide.objective-power"))
 
     ignored_mpp = parts.mpp is None

@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import cast
-
-import numpy as np
 
 from medvl_engine.errors import (
     CorruptFileError,
     MedVLError,
     UnsupportedFormatError,
 )
-from medvl_engine.io import _voi
 from medvl_engine.io._breast import BreastImage, breast_image, chest_wall_side
-from medvl_engine.io._limits import check_decode_size
 from medvl_engine.io._mammo_pairing import PairMismatchError, check_pair, view_family
 from medvl_engine.io._mammogram import (
     MAMMOGRAM_SUFFIXES,
@@ -96,24 +91,12 @@ def open_mammogram(
 
 def _open_plain(path: Path, head: bytes) -> Mammogram:
     """PNG/TIFF/JPEG: 8-bit values / 255; 16-bit values spread over their own range."""
+    from medvl_engine.io._plain_grey import decode_plain_mammogram, display_values
+
     if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
         check_ifd_chain(path)
     try:
-        if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00"):
-            import tifffile
-
-            with tifffile.TiffFile(path) as tiff:
-                page = cast(tifffile.TiffPage, tiff.pages[0])  # the first page is never a frame
-                check_decode_size(path, page.imagewidth, page.imagelength, "the image")
-                pixels = np.asarray(page.asarray())
-        else:
-            from PIL import Image
-
-            with Image.open(path) as image:
-                check_decode_size(path, image.width, image.height, "the image")
-                image.load()
-                decoded: Image.Image = image.convert("RGB") if image.mode == "P" else image
-                pixels = np.asarray(decoded)
+        pixels = decode_plain_mammogram(path, head)
     except MedVLError:
         raise
     except Exception as error:
@@ -122,26 +105,17 @@ def _open_plain(path: Path, head: bytes) -> Mammogram:
             "truncated, re-copy or re-export it.",
             path,
         ) from error
-    photometric = "MONOCHROME2"
-    if pixels.ndim == 3 and pixels.shape[-1] in (3, 4):
-        pixels = pixels[..., :3].astype(np.float64) @ np.array([0.299, 0.587, 0.114])
-        photometric = "RGB"
-    if pixels.ndim != 2 or min(pixels.shape) < 2:
+    display, photometric, voi_name = display_values(pixels)
+    if display.ndim != 2 or min(display.shape) < 2:
         raise UnsupportedFormatError(
-            f"{path.name}: {_shape_in_words(pixels.shape)}, not a single 2-D view; "
+            f"{path.name}: {_shape_in_words(display.shape)}, not a single 2-D view; "
             "give a single mammographic view.",
             path,
         )
-    if np.issubdtype(pixels.dtype, np.integer) and pixels.dtype.itemsize == 1:
-        display, voi_name = pixels.astype(np.float64) / 255.0, "8-bit"
-    elif photometric == "RGB" and pixels.max() <= 255:
-        display, voi_name = pixels / 255.0, "8-bit"
-    else:
-        display, voi_name = _voi.full_range_window(pixels), "full range"
     laterality, view = parse_file_name(path.name)
     return Mammogram(
         path=path,
-        pixels=np.clip(display, 0.0, 1.0).astype(np.float32),
+        pixels=display,
         laterality=laterality,
         view=view,
         modality=None,
