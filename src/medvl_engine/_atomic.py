@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from medvl_engine._termination import uninterrupted
+from medvl_engine._write_errors import os_error_in, write_error
 from medvl_engine.errors import ExportError, MedVLError
 
 __all__ = [
@@ -92,9 +93,12 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str
     except OSError as error:
         _discard(temporary_path)
         raise _write_error(what, path, error) from error
-    except BaseException:
+    except BaseException as error:
         _discard(temporary_path)
-        raise
+        refusal = os_error_in(error) if isinstance(error, Exception) else None
+        if refusal is None:
+            raise
+        raise _write_error(what, path, refusal) from error  # e.g. torch or safetensors: disk full
     return path
 
 
@@ -230,6 +234,13 @@ def atomic_directory(
                 raise
     except OSError as error:
         raise _write_error(what, folder, error) from error
+    except MedVLError:
+        raise
+    except Exception as error:
+        refusal = os_error_in(error)  # a library's wrapping of a full disk (safetensors, torch)
+        if refusal is None:
+            raise
+        raise _write_error(what, folder, refusal) from error
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
     return folder
@@ -276,11 +287,8 @@ _HOST_TAG = hashlib.sha1(socket.gethostname().encode("utf-8", "surrogateescape")
 
 
 def _write_error(what: str, path: Path, error: OSError) -> ExportError:
-    return ExportError(
-        f"could not write {what} {path}: {error.strerror or error}; check that the folder "
-        "is writable and has free space",
-        path,
-    )
+    """One sentence naming ``path`` and the problem in words (disk full, read-only...)."""
+    return write_error(what, path, error)
 
 
 def _discard(temporary_path: Path | None) -> None:

@@ -15,9 +15,14 @@ def cache_dir(*parts: str, create: bool = False) -> Path:
     """``$MEDVL_CACHE`` (default ``~/.cache/medvl``) joined with ``parts``.
 
     create: make the folder (and its parents) if missing; by default nothing is created.
+    Raises :class:`~medvl_engine.errors.StorageError` (one sentence saying to set
+    MEDVL_CACHE to a writable folder) when the folder cannot be made.
     """
     root = Path(os.environ.get("MEDVL_CACHE") or Path.home() / ".cache" / "medvl").expanduser()
     folder = root.joinpath(*parts)
     if create:
-        folder.mkdir(parents=True, exist_ok=True)
+        from medvl_engine._write_errors import reporting_write_errors
+
+        with reporting_write_errors("cache folder", folder):
+            folder.mkdir(parents=True, exist_ok=True)
     return folder

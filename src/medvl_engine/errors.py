@@ -23,6 +23,7 @@ __all__ = [
     "CancelledError",
     "ResourceLimitError",
     "UnsafeModelError",
+    "StorageError",
 ]
 
 
@@ -78,3 +79,8 @@ class ResourceLimitError(MedVLError):
 
 class UnsafeModelError(ModelNotFoundError):
     """A model folder or setting asks to run code or unpickle data, which is never done."""
+
+
+class StorageError(ExportError):
+    """The machine refused a write: the disk is full, the folder or file system is read-only,
+    or permission is denied (see :mod:`medvl_engine._write_errors`)."""

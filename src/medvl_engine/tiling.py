@@ -6,6 +6,11 @@ small gaps, fills holes and removes specks.
 ``patch_grid`` lays a lattice of square patches of ``patch_size`` px at ``target_mpp`` over the
 slide and keeps those whose tissue fraction reaches ``min_tissue``; each patch is read from the
 finest pyramid level that does not need upsampling and resized to ``patch_size``.
+Budgets come first: patch sides must be whole numbers from :data:`MIN_PATCH_SIZE` to
+:data:`MAX_PATCH_SIZE` px, target_mpp at most :data:`MAX_UPSAMPLING` times finer than the slide,
+and the lattice is counted against :func:`max_patches` (env MEDVL_MAX_PATCHES) before a single
+coordinate is allocated; :func:`check_grid_budget` applies the same checks to any grid handed
+to feature extraction.
 
 Works with any object offering the ``medvl_engine.io.slide.Slide`` interface: ``dimensions``,
 ``mpp``, ``level_downsamples``, ``get_best_level_for_downsample``, ``read_region`` and
@@ -15,22 +20,146 @@ Works with any object offering the ``medvl_engine.io.slide.Slide`` interface: ``
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 from scipy import ndimage
 
-from medvl_engine.errors import ConfigError
+from medvl_engine.errors import ConfigError, ResourceLimitError
 
-__all__ = ["PatchGrid", "PatchGridError", "SlideLike", "pen_mask", "patch_grid", "tissue_mask"]
+__all__ = [
+    "MAX_PATCHES",
+    "MAX_PATCH_SIZE",
+    "MAX_UPSAMPLING",
+    "MIN_PATCH_SIZE",
+    "PatchBudgetError",
+    "PatchGrid",
+    "PatchGridError",
+    "SlideLike",
+    "check_grid_budget",
+    "max_patches",
+    "pen_mask",
+    "patch_grid",
+    "tissue_mask",
+]
 
 _FALLBACK_MPP = 0.5
+
+MAX_PATCHES = 2_000_000
+"""Patches one grid may hold (env MEDVL_MAX_PATCHES): a whole 75 x 25 mm glass slide at
+0.5 um/px in 224 px patches is about 150,000, so ten such slides' worth. Counted before any
+coordinate is made, so a patch size of 1 px or a target_mpp of 1e-6 is refused at once instead
+of queuing billions of patches."""
+
+MIN_PATCH_SIZE = 8
+"""Smallest patch side, in px handed to the encoder: below it a patch shows no tissue."""
+
+MAX_PATCH_SIZE = 8192
+"""Largest patch side, in px handed to the encoder or read from the slide (200 MB as RGB)."""
+
+MAX_UPSAMPLING = 16.0
+"""How much finer than the slide target_mpp may be: each patch is upsampled that many times."""
+
+_ENV_MAX_PATCHES = "MEDVL_MAX_PATCHES"
+_MAX_PATCH_LEVEL0 = 2**20  # level-0 px: four times the widest slide MAX_SLIDE_PIXELS allows
 
 
 class PatchGridError(ConfigError, ValueError):
     """A patch size, stride, resolution or tissue threshold that cannot make a grid."""
+
+
+class PatchBudgetError(PatchGridError, ResourceLimitError):
+    """A grid with more patches, or patches larger, than the work budget allows."""
+
+
+def max_patches() -> int:
+    """Patches one grid may hold: ``$MEDVL_MAX_PATCHES`` if a positive number, else
+    :data:`MAX_PATCHES`."""
+    text = os.environ.get(_ENV_MAX_PATCHES, "").strip().replace("_", "")
+    try:
+        value = int(float(text)) if text else MAX_PATCHES
+    except (ValueError, OverflowError):
+        return MAX_PATCHES
+    return value if value > 0 else MAX_PATCHES
+
+
+def _whole(value: Any, name: str) -> int:
+    """``value`` as an int when it is a whole number (1.0 is, 1.5, True and "2" are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise PatchGridError(f"{name} must be a whole number of px, got {value!r}")
+    if isinstance(value, (float, np.floating)) and not (
+        math.isfinite(value) and float(value).is_integer()
+    ):
+        raise PatchGridError(f"{name} must be a whole number of px, got {value!r}")
+    return int(value)
+
+
+def _slide_label(slide: Any) -> str:
+    path = getattr(slide, "path", None)
+    return f"slide {Path(path).name}" if path else "the slide"
+
+
+def _check_side(value: int, name: str, advice: str) -> None:
+    if value < MIN_PATCH_SIZE:
+        raise PatchGridError(
+            f"{name} {value} px is below the smallest patch of {MIN_PATCH_SIZE} px, where no "
+            f"tissue is visible; {advice}"
+        )
+    if value > MAX_PATCH_SIZE:
+        raise PatchBudgetError(
+            f"{name} {value:,} px is above the largest patch of {MAX_PATCH_SIZE:,} px "
+            f"({3 * value * value / 2**20:,.0f} MB of pixels each); {advice}"
+        )
+
+
+def check_grid_budget(grid: Any, batch_size: int, slide: Any = None) -> None:
+    """Refuse a patch grid (:class:`PatchGrid` or any object with its attributes) whose
+    patches are not sane whole numbers of px, whose patch count is above :func:`max_patches`,
+    or whose batch of ``batch_size`` patches read at once would hold more pixels than the
+    decode limit (MEDVL_MAX_DECODE_PIXELS): before any patch is read or queued.
+    """
+    from medvl_engine.io._limits import format_pixels, max_decode_pixels
+
+    advice = (
+        f"set {MIN_PATCH_SIZE} to {MAX_PATCH_SIZE:,} px (--patch-size, or patch_size in the "
+        "model folder's config)"
+    )
+    patch_size = _whole(getattr(grid, "patch_size", None), "patch_size")
+    _check_side(patch_size, "patch_size", advice)
+    size0 = _whole(getattr(grid, "patch_size_level0", None), "patch_size_level0")
+    if not 1 <= size0 <= _MAX_PATCH_LEVEL0:
+        raise PatchBudgetError(
+            f"patch_size_level0 must be between 1 and {_MAX_PATCH_LEVEL0:,} px (wider than any "
+            f"slide), got {size0:,}; rebuild the patch grid"
+        )
+    read_size = _whole(getattr(grid, "read_size", patch_size), "read_size")
+    if read_size < 1:
+        raise PatchGridError(f"read_size must be a positive number of px, got {read_size}")
+    if read_size > MAX_PATCH_SIZE:
+        _check_side(read_size, "each patch read from the slide is", "use a smaller target_mpp")
+    batch = _whole(batch_size, "batch_size")
+    if batch < 1:
+        raise PatchGridError(f"batch_size must be a positive number of patches, got {batch}")
+    coords = np.asarray(getattr(grid, "coords", np.zeros((0, 2))))
+    count = int(coords.shape[0]) if coords.ndim else 0
+    limit = max_patches()
+    if count > limit:
+        raise PatchBudgetError(
+            f"the patch grid of {_slide_label(slide)} holds {count:,} patches, more than the "
+            f"{limit:,} one grid may hold ({_ENV_MAX_PATCHES}); use a larger patch size or "
+            "target_mpp, or raise the limit"
+        )
+    pixels = batch * max(read_size, patch_size) ** 2
+    if pixels > max_decode_pixels():
+        raise PatchBudgetError(
+            f"a batch of {batch} patches of {max(read_size, patch_size):,} px holds "
+            f"{format_pixels(pixels)}, more than the {format_pixels(max_decode_pixels())} "
+            "read at once (MEDVL_MAX_DECODE_PIXELS); lower the batch size"
+        )
 
 
 class SlideLike(Protocol):
@@ -296,27 +425,62 @@ def patch_grid(
     tissue). ``mask`` reuses a (mask, downsample) from :func:`tissue_mask`; otherwise one is
     computed with ``mask_options``.
     """
+    patch_size = _whole(patch_size, "patch_size")
     if patch_size < 1:
         raise PatchGridError(f"patch_size must be a positive number of px, got {patch_size}")
+    _check_side(
+        patch_size,
+        "patch_size",
+        f"set {MIN_PATCH_SIZE} to {MAX_PATCH_SIZE:,} px (--patch-size, or patch_size in the "
+        "model folder's config)",
+    )
     if not 0.0 <= min_tissue <= 1.0:
         raise PatchGridError(f"min_tissue must lie in [0, 1], got {min_tissue}")
-    stride = patch_size if stride is None else int(stride)
+    stride = patch_size if stride is None else _whole(stride, "stride")
     if stride < 1:
         raise PatchGridError(f"stride must be a positive number of px, got {stride}")
     slide_mpp = _slide_mpp(slide)
     if slide_mpp is None:
         scale, grid_mpp = 1.0, None
     else:
-        if target_mpp is None or target_mpp <= 0:
+        if (
+            target_mpp is None
+            or isinstance(target_mpp, bool)
+            or not math.isfinite(float(target_mpp))
+            or target_mpp <= 0
+        ):
             raise PatchGridError(f"target_mpp must be a positive um/px value, got {target_mpp}")
         scale, grid_mpp = float(target_mpp) / slide_mpp, float(target_mpp)
+        if scale * MAX_UPSAMPLING < 1.0:
+            raise PatchGridError(
+                f"target_mpp {target_mpp:g} um/px is {1.0 / scale:,.3g} times finer than "
+                f"{_slide_label(slide)} ({slide_mpp:g} um/px); patches would be blown up from "
+                f"{patch_size * scale:.3g} px of the slide; use a target_mpp of at least "
+                f"{slide_mpp / MAX_UPSAMPLING:g} um/px (the encoder's own mpp, e.g. 0.5)"
+            )
+    width0, height0 = slide.dimensions
     size0 = max(int(round(patch_size * scale)), 1)
     stride0 = max(int(round(stride * scale)), 1)
+    count = -(-int(width0) // stride0) * -(-int(height0) // stride0)
+    if count > max_patches():
+        raise PatchBudgetError(
+            f"a grid of {patch_size} px patches every {stride} px"
+            + ("" if grid_mpp is None else f" at {grid_mpp:g} um/px")
+            + f" would lay {count:,} patches over {_slide_label(slide)} "
+            f"({int(width0):,} x {int(height0):,} px), more than the {max_patches():,} one grid "
+            f"may hold ({_ENV_MAX_PATCHES}); use a larger patch size, stride or target_mpp, or "
+            "raise the limit"
+        )
     level = int(slide.get_best_level_for_downsample(max(scale, 1.0)))
     read_size = max(int(round(size0 / float(slide.level_downsamples[level]))), 1)
+    if read_size > MAX_PATCH_SIZE:
+        _check_side(
+            read_size,
+            f"at {grid_mpp:g} um/px each patch read from the slide is",
+            "use a smaller patch size or target_mpp",
+        )
 
     tissue, mask_ds = mask if mask is not None else tissue_mask(slide, **mask_options)
-    width0, height0 = slide.dimensions
     xs = np.arange(0, width0, stride0, dtype=np.int64)
     ys = np.arange(0, height0, stride0, dtype=np.int64)
     grid_x, grid_y = np.meshgrid(xs, ys)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from medvl_engine._write_errors import reporting_write_errors
 from medvl_engine.errors import CancelledError
 from medvl_engine.features.identity import slide_identity
 from medvl_engine.features.store import (
@@ -88,7 +89,17 @@ def extract_features(
     A store already at ``out_path`` is resumed only when it was made from the same slide
     (content fingerprint), encoder and grid; otherwise DataError, or, with
     ``replace_mismatch`` (for stores in the cache, which can be rebuilt), it is replaced.
+
+    The grid is checked before anything is read or written (whole, sane patch sizes, at most
+    MEDVL_MAX_PATCHES patches, a batch within the decode limit: see
+    :func:`medvl_engine.tiling.check_grid_budget`). A write the machine refuses (disk full,
+    read-only folder, permission denied) raises StorageError naming the store; the store is
+    then left incomplete (``n_done`` counts only rows written, never past a batch that failed),
+    so the same call resumes it once the disk takes writes again.
     """
+    from medvl_engine.tiling import check_grid_budget
+
+    check_grid_budget(grid, batch_size, slide)  # before anything is read, queued or written
     out_path = Path(out_path)
     slide_name, fingerprint = slide_identity(slide)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64).reshape(-1, 2)
@@ -109,14 +120,15 @@ def extract_features(
         "embed_dim": int(encoder.embed_dim),
         "n_total": total,
     }
-    try:
-        group = open_store_group(out_path, coords, attrs)
-    except StoreMismatch:
-        if not replace_mismatch:
-            raise
-        group = None  # a cached store of an older format or another slide: built again
-    if group is None:
-        group = create_store(out_path, coords, attrs, chunk_rows=batch_size)
+    with reporting_write_errors("feature store", out_path):
+        try:
+            group = open_store_group(out_path, coords, attrs)
+        except StoreMismatch:
+            if not replace_mismatch:
+                raise
+            group = None  # a cached store of an older format or another slide: built again
+        if group is None:
+            group = create_store(out_path, coords, attrs, chunk_rows=batch_size)
     features = store_array(group, "features", out_path)
     done = stored_count(group, "n_done", out_path)
     if progress is not None:
@@ -136,9 +148,15 @@ def extract_features(
     if torch_threads is not None:
         torch.set_num_threads(max(1, int(torch_threads)))
 
+    written = [done]  # rows [0, written[0]) are in the store; the writer thread alone moves it
+
     def write_batch(start: int, end: int, rows: np.ndarray) -> None:
-        features[start:end] = rows
-        group.attrs["n_done"] = end  # after the rows, so n_done never counts unwritten rows
+        if start != written[0]:
+            return  # an earlier batch failed to write: n_done must never skip its rows
+        with reporting_write_errors("feature store", out_path):
+            features[start:end] = rows
+            group.attrs["n_done"] = end  # after the rows, so n_done never counts unwritten rows
+        written[0] = end
 
     with (
         ThreadPoolExecutor(
@@ -240,10 +258,10 @@ def slide_features(
     """
     from medvl_engine.tiling import patch_grid
 
-    grid = patch_grid(
+    grid = patch_grid(  # checks sizes and counts the patches before making any
         slide,
-        patch_size=int(patch_size or encoder.patch_size),
-        target_mpp=float(target_mpp or encoder.target_mpp),
+        patch_size=encoder.patch_size if patch_size is None else patch_size,
+        target_mpp=encoder.target_mpp if target_mpp is None else target_mpp,
         min_tissue=min_tissue,
         stride=stride,
     )

@@ -7,7 +7,9 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from medvl_engine._write_errors import reporting_write_errors
 
 __all__ = ["MetricsLog", "Progress"]
 
@@ -25,26 +27,35 @@ def _plain(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends one JSON object per line to ``path`` (flushed at once); inactive off rank 0."""
+    """Appends one JSON object per line to ``path`` (flushed at once); inactive off rank 0.
+
+    A write the machine refuses (disk full, read-only folder) raises StorageError naming the
+    log; a line cut short by it is removed again by the trim on resume.
+    """
 
     def __init__(self, path: Path, active: bool) -> None:
         self.path = path
         self.active = active
-        self._file = None
+        self._file: IO[str] | None = None
         if active:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8")
+            with reporting_write_errors("metrics log", path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = path.open("a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps(_plain({"time": time.time(), **record})) + "\n")
-        self._file.flush()
+        with reporting_write_errors("metrics log", self.path):
+            self._file.write(json.dumps(_plain({"time": time.time(), **record})) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            handle, self._file = self._file, None
+            try:
+                handle.close()  # flushes: may meet a full disk
+            except OSError:
+                pass  # the write that failed has already been reported
 
 
 class Progress:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from medvl_engine._atomic import atomic_write_stream
+from medvl_engine._write_errors import reporting_write_errors
 from medvl_engine.errors import CorruptFileError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "capture_rng_state", "restore_rng_state"]
@@ -55,7 +56,8 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     """Write ``payload`` to ``path`` atomically (temporary file in the same folder + rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with reporting_write_errors("checkpoint", path):  # disk full, read-only: one sentence
+        path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_stream(
         path, lambda stream: torch.save(payload, stream), binary=True, what="checkpoint"
     )

@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from medvl_engine._write_errors import reporting_write_errors
 from medvl_engine.errors import ConfigError, DataError, MedVLError
 from medvl_engine.training._batches import WorkerBatches, uses_workers
 from medvl_engine.training._metrics_log import MetricsLog, Progress
@@ -197,7 +198,8 @@ def _train(task: Task, config: RunConfig, info: DistInfo) -> dict[str, Any]:
     device = info.device
     out_dir = Path(config.out_dir)
     if info.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        with reporting_write_errors("run folder", out_dir):  # read-only, a file there: a sentence
+            out_dir.mkdir(parents=True, exist_ok=True)
     random.seed(config.seed)
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
