@@ -266,9 +266,12 @@ def test_pristine_folders_still_load(models):
 
 
 def _resolve(spec: str):
+    """The filter as ``medvl-train --allow-code`` resolves it (files need that consent)."""
+    from medvl_engine.data._report_filter_loader import allow_code
     from medvl_engine.training.limit_task import _report_filter
 
-    return _report_filter(spec)
+    with allow_code():
+        return _report_filter(spec)
 
 
 @pytest.mark.parametrize("spec", ["os:system", "subprocess:run", "builtins:eval", "posix:system"])
@@ -288,9 +291,9 @@ def test_report_filter_from_the_users_own_file_runs_and_says_so(tmp_path, capsys
     script.write_text("def shout(report: str) -> str:\n    return report.upper()\n")
     function = _resolve(f"{script}:shout")
     assert function("invasive carcinoma") == "INVASIVE CARCINOMA"
-    assert capsys.readouterr().out.strip() == (
-        f"limit: report filter: function shout from {script.resolve()}"
-    )
+    captured = capsys.readouterr()
+    assert captured.out.strip() == (f"limit: report filter: function shout from {script.resolve()}")
+    assert f"medvl: running {script.resolve()} to use its function shout" in captured.err
 
 
 def test_report_filter_refuses_names_imported_into_a_file_and_stdlib_files(tmp_path):

@@ -11,7 +11,11 @@ saved models on the test split). With ``run.seeds=[s1, s2, ...]``, ``train`` run
 seed into ``<run.out_dir>/seed-<s>`` (see :mod:`medvl_engine.training._seeds`).
 
 Tasks are looked up by name in :mod:`medvl_engine.training.registry` and imported
-only when chosen. Errors a user can fix print one sentence and exit with status 2.
+only when chosen. Errors a user can fix print one sentence and exit with status 2: the
+config file must be a small regular YAML file and every value is checked against its range
+on load (:mod:`medvl_engine.training.config`), before any data are made. Code a config names
+(``task.report_filter=path/to/file.py:function``) runs only with ``--allow-code``, and is
+announced on stderr before it runs.
 """
 
 from __future__ import annotations
@@ -57,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose",
         action="store_true",
         help="on failure also print the underlying reasons, and show the file libraries' warnings",
+    )
+    parser.add_argument(
+        "--allow-code",
+        action="store_true",
+        help=(
+            "let the config run code from a Python file it names (task.report_filter="
+            "path/to/file.py:function); without it such a setting is refused, so a config "
+            "shared with you cannot run code on its own (installed entry points need no consent)"
+        ),
     )
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
     return parser
@@ -139,6 +152,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_action(args: argparse.Namespace) -> int:
+    from medvl_engine.training.config import read_yaml_config
+
+    read_yaml_config(args.config)  # the file itself first: before torch and the task load
+    from medvl_engine.data._report_filter_loader import allow_code
+
+    with allow_code(bool(getattr(args, "allow_code", False))):
+        return _run_task_action(args)
+
+
+def _run_task_action(args: argparse.Namespace) -> int:
     from medvl_engine.training import load_config, task_module
 
     module = task_module(args.task)

@@ -3,9 +3,14 @@
 A setting may run only code its user chose on purpose:
 
 - ``rules``: :func:`medvl_engine.data.filter_report`; ``none``: reports are used as written;
-- ``path/to/file.py:function``: a function defined in the user's own Python file;
+- ``path/to/file.py:function``: a function defined in the user's own Python file, run only
+  with the user's consent: ``medvl-train --allow-code`` (or :func:`allow_code` from Python).
+  A config can be shared, so a file it names is never imported on the config's word alone;
+  without consent the setting is one sentence saying what it asks to run. With consent, the
+  file and function are printed on stderr before the file is imported;
 - ``NAME``: an entry point registered under the group :data:`ENTRY_POINT_GROUP` by an installed
-  package (``[project.entry-points."medvl.report_filters"]``), or its ``module:function`` value;
+  package (``[project.entry-points."medvl.report_filters"]``), or its ``module:function`` value
+  (installing the package was the consent: no ``--allow-code`` needed);
 - ``medvl_engine.<module>:function``: a function of medvl itself.
 
 Anything else, and in particular functions of Python itself (``os:system``,
@@ -19,22 +24,86 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import os
 import sys
 import sysconfig
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from medvl_engine.data.reports import filter_report
 from medvl_engine.errors import ConfigError
 
-__all__ = ["ENTRY_POINT_GROUP", "ResolvedReportFilter", "resolve_report_filter"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ResolvedReportFilter",
+    "allow_code",
+    "check_report_filter_consent",
+    "code_allowed",
+    "resolve_report_filter",
+]
 
 ENTRY_POINT_GROUP = "medvl.report_filters"
 _HOW = (
     "name a function in your own Python file (path/to/filters.py:function) or an entry point "
     f"registered under '{ENTRY_POINT_GROUP}'"
 )
+
+
+_consent_lock = threading.Lock()
+_consent_depth = 0
+
+
+@contextmanager
+def allow_code(allowed: bool = True) -> Iterator[None]:
+    """While inside, code files named by a config (``file.py:function``) may run.
+
+    ``medvl-train --allow-code`` enters it around the run; ``allowed=False`` is a no-op, so
+    callers can pass their flag straight through.
+    """
+    global _consent_depth
+    if not allowed:
+        yield
+        return
+    with _consent_lock:
+        _consent_depth += 1
+    try:
+        yield
+    finally:
+        with _consent_lock:
+            _consent_depth -= 1
+
+
+def code_allowed() -> bool:
+    """Whether the user consented to running code files named by a config."""
+    return _consent_depth > 0
+
+
+def _file_reference(spec: str) -> tuple[Path, str] | None:
+    """``(path, function)`` when ``spec`` names a Python file (``path/to/file.py:function``)."""
+    target, _, attribute = spec.strip().rpartition(":")
+    if target.endswith(".py"):
+        return Path(target).expanduser(), attribute
+    return None
+
+
+def check_report_filter_consent(spec: str, setting: str = "task.report_filter") -> None:
+    """ConfigError when ``spec`` names a Python file and the user did not consent to run it.
+
+    Cheap (nothing is read or imported): run on load, before any data are made.
+    """
+    reference = _file_reference(spec)
+    if reference is None or code_allowed():
+        return
+    path, attribute = reference
+    raise ConfigError(
+        f"{setting}={spec.strip()!r} asks to run the function {attribute!r} from the Python file "
+        f"{os.path.abspath(path)}, and medvl runs code named by a config only with your consent; "
+        "check that file, then pass --allow-code to medvl-train to run it (or install it as "
+        f"an entry point under '{ENTRY_POINT_GROUP}')."
+    )
 
 
 @dataclass(frozen=True)
@@ -54,6 +123,7 @@ def resolve_report_filter(spec: str, setting: str = "task.report_filter") -> Res
         return ResolvedReportFilter(None, "none (reports are used as written)")
     target, _, attribute = spec.rpartition(":")
     if target.endswith(".py"):
+        check_report_filter_consent(spec, setting)
         return _from_file(Path(target), attribute, spec, setting)
     entry_point = _entry_point(spec)
     if entry_point is not None:
@@ -100,6 +170,12 @@ def _from_file(path: Path, attribute: str, spec: str, setting: str) -> ResolvedR
     if module_spec is None or module_spec.loader is None:
         raise ConfigError(f"{setting}={spec!r}: {path} cannot be read as a Python file; {_HOW}.")
     module = importlib.util.module_from_spec(module_spec)
+    print(
+        f"medvl: running {path} to use its function {attribute} as {setting} "
+        "(allowed by --allow-code)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         module_spec.loader.exec_module(module)
     except Exception as error:  # noqa: BLE001 - the user's own file may fail in any way

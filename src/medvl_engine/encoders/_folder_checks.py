@@ -17,8 +17,10 @@ for models with a text side, tokenizer files. Nothing in it is ever executed:
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +34,7 @@ __all__ = [
     "WEIGHTS_NAME",
     "check_model_folder",
     "check_safetensors",
+    "check_weights",
     "config_int",
     "config_section",
     "folder_errors",
@@ -112,6 +115,9 @@ def read_config(folder: Path, *, required: bool = True) -> dict[str, Any]:
             "restore the model folder.",
             path,
         )
+    from medvl_engine.encoders._config_budget import check_config_sizes
+
+    check_config_sizes(values, str(path))
     return values
 
 
@@ -129,13 +135,55 @@ def _asks_for_code(values: Any) -> bool:
     return False
 
 
+def _scan_error(folder: Path, problem: str) -> UnsafeModelError:
+    return UnsafeModelError(
+        f"Model folder {folder} {problem}, so medvl cannot check that it holds no program code; "
+        "use a folder holding only config.json, model.safetensors and tokenizer files.",
+        folder,
+    )
+
+
 def _code_files(folder: Path) -> list[str]:
-    found = []
-    for count, path in enumerate(folder.rglob("*")):
-        if count >= _MAX_FILES_SCANNED:
-            break
-        if path.suffix in CODE_SUFFIXES:
-            found.append(str(path.relative_to(folder)))
+    """Names of program files anywhere under ``folder``, symlinked sub-folders included.
+
+    Every entry is counted; a folder with more than :data:`_MAX_FILES_SCANNED` entries (or
+    one that cannot be listed) is refused rather than passed half-checked. A symlinked
+    sub-folder is scanned like a real one (each real folder once, so a link loop ends).
+    """
+    found: list[str] = []
+    seen: set[Path] = set()
+    pending = [folder]
+    count = 0
+    while pending:
+        current = pending.pop()
+        try:
+            real = current.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # a dangling link is no code; the loaders report missing files
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(current), key=lambda entry: entry.name)
+        except OSError as error:
+            raise _scan_error(
+                folder, f"has a sub-folder that cannot be listed ({current.name})"
+            ) from error
+        for entry in entries:
+            count += 1
+            if count > _MAX_FILES_SCANNED:
+                raise _scan_error(
+                    folder, f"holds more than {_MAX_FILES_SCANNED:,} files and folders"
+                )
+            path = Path(entry.path)
+            if path.suffix in CODE_SUFFIXES:
+                found.append(str(path.relative_to(folder)))
+            try:
+                is_folder = entry.is_dir(follow_symlinks=True)
+            except OSError:
+                is_folder = False
+            if is_folder:
+                pending.append(path)
     return sorted(found)
 
 
@@ -252,15 +300,16 @@ def _damaged_weights(path: Path) -> ModelNotFoundError:
 
 
 def check_safetensors(path: Path) -> None:
-    """Read the header of a safetensors file: it must parse and cover the whole file.
-
-    Cheap (the tensors are not read); for files another library then loads itself.
+    """Check a safetensors file another library then loads itself: its header must parse and
+    cover the whole file, and its tensors pass :func:`check_weights` (no NaN or infinity, no
+    degenerate normalisation). Tensors are read one at a time from the memory-mapped file.
     """
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt") as handle:
-            handle.keys()
+            for key in handle.keys():  # noqa: SIM118 - a safetensors handle, not a dict
+                check_weights({key: handle.get_tensor(key)}, Path(path))
     except (SafetensorError, OSError, ValueError) as error:
         raise _damaged_weights(Path(path)) from error
 
@@ -273,9 +322,48 @@ def load_weights(folder: Path, name: str = WEIGHTS_NAME) -> dict[str, torch.Tens
     from safetensors.torch import load_file
 
     try:
-        return load_file(str(path))
+        state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as error:
         raise _damaged_weights(path) from error
+    check_weights(state, path)
+    return state
+
+
+_NORM_WEIGHT = re.compile(
+    r"(^|[._])(layer_?norm\d*|norm\d*|ln(_\w+|\d*)|batch_?norm\d*|bn\d*)\.weight$", re.IGNORECASE
+)
+_SCALES = re.compile(r"(^|[._])(std|running_var)$")
+
+
+def check_weights(state: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Refuse weights that hold NaN or infinity, or a degenerate normalisation.
+
+    Degenerate: a normalisation layer's weight (``*norm*.weight``, ``ln_*.weight``) that is
+    all zero, which maps every input to the same output, or a standard deviation or running
+    variance (``*.std``, ``*.running_var``) that is zero or negative. One
+    :class:`ModelNotFoundError` sentence names the tensor.
+    """
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            continue
+        if tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            raise ModelNotFoundError(
+                f"{path} holds NaN or infinite values in the tensor {name!r}, so the model would "
+                "give meaningless results; download or save the model again.",
+                path,
+            )
+        if tensor.numel() and _NORM_WEIGHT.search(name) and not bool(tensor.any()):
+            raise ModelNotFoundError(
+                f"{path} holds the normalisation weight {name!r} as all zeros, which maps every "
+                "input to the same output; download or save the model again.",
+                path,
+            )
+        if tensor.numel() and _SCALES.search(name) and bool((tensor <= 0).any()):
+            raise ModelNotFoundError(
+                f"{path} holds the scale {name!r} with zero or negative values, which the model "
+                "divides by; download or save the model again.",
+                path,
+            )
 
 
 def load_pickled_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -319,6 +407,7 @@ def load_pickled_state_dict(path: Path) -> dict[str, torch.Tensor]:
             "as published.",
             path,
         )
+    check_weights(state, path)
     return state
 
 

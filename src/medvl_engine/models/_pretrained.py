@@ -10,7 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypeVar
 
-from medvl_engine.encoders._folder_checks import folder_errors, refuse_code
+from medvl_engine.encoders._folder_checks import (
+    check_weights,
+    folder_errors,
+    read_config,
+    refuse_code,
+)
 from medvl_engine.errors import ModelNotFoundError
 
 __all__ = ["load_pretrained"]
@@ -25,14 +30,17 @@ def load_pretrained(model_class: type[T], source: str, what: str, setting: str) 
     naming them, how to get them and how to choose random initialisation instead."""
     folder = Path(source).expanduser()
     if folder.is_dir():
+        read_config(folder, required=False)  # sizes within the budget before anything is built
         refuse_code(folder)
         with folder_errors(folder, f"{what} weights"):
             loaded: T = model_class.from_pretrained(str(folder), trust_remote_code=False)  # type: ignore[attr-defined]
-            return loaded
+        _check_loaded(loaded, folder)
+        return loaded
     try:
         with folder_errors(folder, f"{what} weights"):
             fetched: T = model_class.from_pretrained(source, trust_remote_code=False)  # type: ignore[attr-defined]
-            return fetched
+        _check_loaded(fetched, folder)
+        return fetched
     except ModelNotFoundError as error:
         if isinstance(error.__cause__, (OSError, ValueError)):
             raise ModelNotFoundError(
@@ -43,3 +51,10 @@ def load_pretrained(model_class: type[T], source: str, what: str, setting: str) 
                 source,
             ) from error.__cause__
         raise
+
+
+def _check_loaded(model: object, source: Path) -> None:
+    """NaN, infinity or a degenerate normalisation in loaded weights: one sentence."""
+    state_dict = getattr(model, "state_dict", None)
+    if callable(state_dict):
+        check_weights(state_dict(), source)

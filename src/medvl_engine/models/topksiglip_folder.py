@@ -19,8 +19,9 @@ from torch import nn
 from medvl_engine._atomic import atomic_directory
 from medvl_engine._hf_classes import BertConfig
 from medvl_engine.encoders.resolve import resolve_topksiglip
-from medvl_engine.errors import ModelNotFoundError
+from medvl_engine.errors import ConfigError, ModelNotFoundError
 from medvl_engine.models import _bert_text, _clip_text
+from medvl_engine.models._topksiglip_ranges import check_topksiglip_values
 from medvl_engine.models.topksiglip import MODEL_TYPE, TopKSigLIP, TopKSigLIPConfig
 
 __all__ = [
@@ -142,7 +143,10 @@ def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu"
 
     The folder is data only (see :mod:`medvl_engine.encoders._folder_checks`): no code, weights
     from model.safetensors, the architecture from :class:`TopKSigLIPConfig`; pretrained-source
-    fields in its config.json are ignored, so loading never downloads or falls back.
+    fields in its config.json are ignored, so loading never downloads or falls back. Every
+    size in config.json is checked against its range and the parameter budget
+    (:mod:`medvl_engine.models._topksiglip_ranges`) before the model is built, and the weights
+    for NaN, infinity and degenerate normalisation once read.
     """
     from medvl_engine.encoders._folder_checks import (
         check_model_folder,
@@ -171,6 +175,15 @@ def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu"
     with folder_errors(folder, "TopKSigLIP settings"):
         config = TopKSigLIPConfig.from_dict(values)
         config = dataclasses.replace(config, vision_pretrained=None, text_pretrained=reference)
+    try:  # every size within its range and the budget, before anything is built
+        check_topksiglip_values(
+            config,
+            section=str(config_path),
+            key_format='"{field}" in {section}',
+            hint="restore the model folder",
+        )
+    except ConfigError as error:
+        raise ModelNotFoundError(error.message, config_path) from None
     if reference is not None:  # the installed MiniLM package provides tower and tokenizer
         tokenizer = _bert_text.load_bert_tokenizer(reference)
     else:

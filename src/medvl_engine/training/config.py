@@ -11,107 +11,193 @@ Overrides on the command line are ``run.lr=1e-4`` or ``task.negatives=2``; a bar
 ``lr=1e-4`` is accepted when the name exists in exactly one section. Values are
 parsed as YAML scalars and checked against the field's type annotation, so
 ``run.epochs=two`` fails with a :class:`ConfigError` naming the field and the type.
+
+Every value is then checked against its field's allowed range (declared with the field, see
+:mod:`medvl_engine._config_ranges`; ``batch_size=0``, ``lr=nan``, ``seed=-1`` are one sentence
+naming the key, the value and the range) and a config class may add checks across fields in a
+``validate()`` method; all of it runs on load, before any data are made. The YAML file itself
+must be a regular text file of at most :data:`MAX_CONFIG_BYTES` (env ``MEDVL_MAX_CONFIG_BYTES``)
+nested at most :data:`MAX_CONFIG_DEPTH` levels deep, without anchors or aliases.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import re
+import stat
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from medvl_engine._config_ranges import Range, check_ranges, check_value, field_range, ranged
 from medvl_engine.errors import ConfigError
+from medvl_engine.training._yaml_config import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    PSEUDO_FOLDERS,
+    max_config_bytes,
+    read_yaml_config,
+    safe_yaml,
+)
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_SEED",
     "RunConfig",
+    "check_output_folder",
+    "check_values",
+    "max_config_bytes",
     "load_config",
     "apply_overrides",
     "config_from_mapping",
     "coerce_value",
+    "read_yaml_config",
 ]
+
+MAX_SEED = 2**32 - 1
+"""Largest seed (numpy's generators take 32-bit seeds)."""
+
+_MAX_OVERRIDE_CHARS = 64 * 1024
+_BIG = 1_000_000_000  # steps, epochs: beyond any run, but finite
+_SEED = Range(low=0, high=MAX_SEED, hint="give a seed from 0 to 4294967295, e.g. run.seed=0")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
 
 
 @dataclasses.dataclass
 class RunConfig:
-    """Settings of the shared training loop (optimiser, schedule, precision, checkpoints)."""
+    """Settings of the shared training loop (optimiser, schedule, precision, checkpoints).
 
-    lr: float = 1e-5
-    weight_decay: float = 1e-5
-    epochs: int = 3
-    max_steps: int | None = None  # total optimiser steps; the schedule spans this many
-    stop_at_step: int | None = None  # stop early (e.g. a time-boxed job); schedule unchanged
-    warmup_steps: int = 0
+    Each numeric field declares its allowed range (:func:`medvl_engine._config_ranges.ranged`);
+    construction checks them, the output folder and the rules across fields.
+    """
+
+    lr: float = ranged(1e-5, low=0, low_open=True, high=10, hint="e.g. run.lr=1e-5")
+    weight_decay: float = ranged(1e-5, low=0, high=10, hint="e.g. run.weight_decay=0.01")
+    epochs: int = ranged(3, low=0, hint="0 evaluates without training; e.g. run.epochs=3")
+    # total optimiser steps; the schedule spans this many (none: epochs x batches)
+    max_steps: int | None = ranged(
+        None, low=0, high=_BIG, hint="or none to train for run.epochs; e.g. run.max_steps=1000"
+    )
+    # stop early (e.g. a time-boxed job); schedule unchanged
+    stop_at_step: int | None = ranged(None, low=0, high=_BIG, hint="or none not to stop early")
+    warmup_steps: int = ranged(0, low=0, high=_BIG, hint="e.g. run.warmup_steps=100")
     schedule: Literal["cosine", "constant"] = "cosine"
-    min_lr_ratio: float = 0.0
-    grad_accum: int = 1
-    grad_clip: float | None = 1.0
+    min_lr_ratio: float = ranged(0.0, low=0, high=1, hint="e.g. run.min_lr_ratio=0.1")
+    grad_accum: int = ranged(1, low=1, high=65_536, hint="e.g. run.grad_accum=4")
+    grad_clip: float | None = ranged(
+        1.0, low=0, low_open=True, high=1e6, hint="or none for no clipping; e.g. run.grad_clip=1"
+    )
     amp: Literal["auto", "bf16", "off"] = "auto"  # auto = bf16 autocast on CUDA, off on CPU
-    seed: int = 0
+    seed: int = ranged(0, _SEED)
     out_dir: str = "runs/limit"
-    ckpt_every: int = 0  # optimiser steps between checkpoints; 0 = end of each epoch only
+    # optimiser steps between checkpoints; 0 = end of each epoch only
+    ckpt_every: int = ranged(0, low=0, high=_BIG, hint="0 saves at the end of each epoch")
     resume: str | None = None  # None, "auto" (out_dir/checkpoint.pt if present) or a path
-    max_bad_steps: int = 10  # skipped non-finite steps; the max_bad_steps-th one stops training
-    log_every: int = 1
+    # skipped non-finite steps; the max_bad_steps-th one stops training
+    max_bad_steps: int = ranged(10, low=0, high=_BIG, hint="e.g. run.max_bad_steps=10")
+    log_every: int = ranged(1, low=1, high=_BIG, hint="set a positive value, e.g. run.log_every=10")
     device: str = "auto"  # auto = cuda:<local rank> when available, else cpu
     progress: bool = True
     select_metric: str | None = None  # evaluate() key that picks the best epoch
     select_mode: Literal["max", "min"] = "max"
     ddp_find_unused_parameters: bool = False
-    dist_timeout_minutes: float = 120.0  # how long a collective waits for the slowest rank
+    # how long a collective waits for the slowest rank
+    dist_timeout_minutes: float = ranged(
+        120.0, low=0, low_open=True, high=100_000, hint="e.g. run.dist_timeout_minutes=120"
+    )
     # DataLoader worker processes per rank (tasks with batch_at); 0 = load in this process
-    num_workers: int = 0
-    prefetch_factor: int = 2  # batches each worker loads ahead
+    num_workers: int = ranged(0, low=0, high=256, hint="e.g. run.num_workers=2")
+    prefetch_factor: int = ranged(2, low=1, high=1024, hint="e.g. run.prefetch_factor=2")
     pin_memory: bool | Literal["auto"] = "auto"  # auto = page-locked batches when on CUDA
-    seeds: list[int] | None = None  # one run per seed into <out_dir>/seed-<s> (medvl-train)
+    # one run per seed into <out_dir>/seed-<s> (medvl-train)
+    seeds: list[int] | None = ranged(
+        None, low=0, high=MAX_SEED, max_items=1000, hint="write e.g. run.seeds=[0,1,2]"
+    )
     # Moving average of the weights (decay d in (0, 1), e.g. 0.99); when set, evaluation,
     # best/ and final/ use the averaged weights. None: the trained weights themselves.
-    ema_decay: float | None = None
+    ema_decay: float | None = ranged(
+        None,
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        hint="e.g. 0.99, or leave it unset to evaluate the trained weights themselves",
+    )
 
     def __post_init__(self) -> None:
-        if self.epochs < 0:
-            raise ConfigError(
-                f"run.epochs must be at least 0 (0 evaluates without training), got {self.epochs}."
-            )
+        check_ranges(self, "run")
         if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
             raise ConfigError(
                 f"run.seeds must list distinct seeds, got {self.seeds}; write e.g. "
                 "run.seeds=[0,1,2]."
             )
-        positive = {
-            "grad_accum": self.grad_accum,
-            "log_every": self.log_every,
-        }
-        for name, value in positive.items():
-            if value < 1:
-                raise ConfigError(
-                    f"run.{name} must be at least 1, got {value}; set a positive value."
-                )
-        if self.lr <= 0:
-            raise ConfigError(f"run.lr must be positive, got {self.lr}; set e.g. run.lr=1e-5.")
-        if self.max_bad_steps < 0 or self.warmup_steps < 0 or self.ckpt_every < 0:
+
+    def validate(self) -> None:
+        """Checks run when a config is loaded: the output folder (on the file system) and the
+        device name."""
+        check_output_folder(self.out_dir, "run.out_dir")
+        if not _DEVICE.fullmatch(self.device):
             raise ConfigError(
-                "run.max_bad_steps, run.warmup_steps and run.ckpt_every must be >= 0."
+                f"run.device={self.device!r} is not a device name; write auto, cpu, cuda, "
+                "cuda:<index> or mps."
             )
-        if self.num_workers < 0 or self.prefetch_factor < 1:
+
+
+def check_output_folder(value: str, name: str) -> Path:
+    """``value`` as a folder path a run can create or reuse; nothing is created.
+
+    Refused in one sentence naming ``name``: an empty path, an existing file (``/dev/null``,
+    a regular file), a place under ``/dev``, ``/proc`` or ``/sys``, and a path whose nearest
+    existing parent is not a folder this user may write into.
+    """
+    if not value.strip():
+        raise ConfigError(f"{name} is empty; give the folder the run writes into.")
+    path = Path(value).expanduser()
+    absolute = Path(os.path.abspath(path))
+    try:
+        resolved = absolute.resolve()
+    except (OSError, RuntimeError):
+        resolved = absolute
+    if any(resolved == root or root in resolved.parents for root in PSEUDO_FOLDERS):
+        raise ConfigError(
+            f"{name}={value!r} lies under {resolved.parts[0]}{resolved.parts[1]}, where the "
+            "system keeps devices and process files, not runs; give a folder such as runs/my-run."
+        )
+    try:
+        mode = os.stat(absolute).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as error:
+        raise ConfigError(
+            f"{name}={value!r} cannot be inspected ({error.strerror}); give a folder this user "
+            "can create."
+        ) from None
+    if mode is not None:
+        if not stat.S_ISDIR(mode):
             raise ConfigError(
-                f"run.num_workers must be >= 0 and run.prefetch_factor >= 1, got "
-                f"{self.num_workers} and {self.prefetch_factor}; e.g. run.num_workers=2."
+                f"{name}={value!r} is an existing file, not a folder; give a folder path for the "
+                "run's checkpoints and models."
             )
-        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
-            raise ConfigError(
-                f"run.ema_decay must lie between 0 and 1 (e.g. 0.99), got {self.ema_decay}; "
-                "or leave it unset to evaluate the trained weights themselves."
-            )
-        if self.dist_timeout_minutes <= 0:
-            raise ConfigError(
-                f"run.dist_timeout_minutes must be positive, got {self.dist_timeout_minutes}; "
-                "set e.g. run.dist_timeout_minutes=120."
-            )
+        return path
+    parent = absolute.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(
+            f"{name}={value!r} cannot be created because {parent} is a file, not a folder; give "
+            "another folder path."
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{name}={value!r} cannot be created because {parent} is not writable by this user; "
+            "give a folder you can write into."
+        )
+    return path
 
 
 def _type_name(annotation: Any) -> str:
@@ -187,9 +273,30 @@ def _field_types(config_cls: type) -> dict[str, Any]:
     return {field.name: hints[field.name] for field in dataclasses.fields(config_cls)}
 
 
+def check_values(config_cls: type, values: Mapping[str, Any], section: str) -> None:
+    """Check typed ``values`` (field name to value) against the ranges ``config_cls`` declares."""
+    for field in dataclasses.fields(config_cls):
+        if field.name in values:
+            rule = field_range(config_cls, field)
+            if rule is not None:
+                check_value(rule, values[field.name], f"{section}.{field.name}")
+
+
 def config_from_mapping(config_cls: type, values: Mapping[str, Any], section: str) -> Any:
-    """Build ``config_cls`` from a mapping, rejecting unknown keys and ill-typed values."""
+    """Build ``config_cls`` from a mapping, rejecting unknown keys, ill-typed values and values
+    outside their declared range; then run the class's ``validate()`` (checks across fields)."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(
+            f"the {section} section must be a mapping of settings (name: value), got "
+            f"{_shown(values)}; write it as '{section}:' followed by indented 'name: value' lines."
+        )
     types_by_name = _field_types(config_cls)
+    not_names = [key for key in values if not isinstance(key, str)]
+    if not_names:
+        raise ConfigError(
+            f"{section} setting names must be words, got {_shown(not_names[0])}; valid names are "
+            f"{sorted(types_by_name)}."
+        )
     unknown = sorted(set(values) - set(types_by_name))
     if unknown:
         raise ConfigError(
@@ -199,17 +306,39 @@ def config_from_mapping(config_cls: type, values: Mapping[str, Any], section: st
         key: coerce_value(value, types_by_name[key], f"{section}.{key}")
         for key, value in values.items()
     }
-    return config_cls(**checked)
+    check_values(config_cls, checked, section)
+    try:
+        config = config_cls(**checked)
+    except (TypeError, ValueError, ArithmeticError) as error:  # a class's own __post_init__
+        raise ConfigError(
+            f"the {section} settings do not fit together ({error}); fix the config or overrides."
+        ) from None
+    validate = getattr(config, "validate", None)
+    if callable(validate):
+        validate()
+    return config
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _parse_override(text: str) -> tuple[str, Any]:
+    if len(text) > _MAX_OVERRIDE_CHARS:
+        raise ConfigError(
+            f"override {text[:30]!r}... is {len(text):,} characters long, more than the "
+            f"{_MAX_OVERRIDE_CHARS:,} a setting may take; put long values in the config file."
+        )
     if "=" not in text:
         raise ConfigError(f"override {text!r} is not key=value; write e.g. run.lr=1e-4.")
     key, raw = text.split("=", 1)
     key = key.strip()
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = safe_yaml(raw, f"override {key}") if raw.strip() else ""
+    except ConfigError as error:
+        if "not valid YAML" not in error.message:
+            raise
         value = raw
     if isinstance(value, str) and value.lower() in ("none", "null"):
         value = None
@@ -217,7 +346,7 @@ def _parse_override(text: str) -> tuple[str, Any]:
 
 
 def apply_overrides(
-    sections: dict[str, dict[str, Any]],
+    sections: Mapping[str, Any],
     overrides: Sequence[str],
     field_names: Mapping[str, Sequence[str]],
 ) -> dict[str, dict[str, Any]]:
@@ -226,14 +355,23 @@ def apply_overrides(
     field_names maps a section name to its valid field names; a bare key must name
     a field of exactly one section.
     """
-    merged = {name: dict(sections.get(name) or {}) for name in field_names}
+    merged: dict[str, dict[str, Any]] = {}
+    for name in field_names:
+        section = sections.get(name)
+        if section is not None and not isinstance(section, Mapping):
+            raise ConfigError(
+                f"the {name} section must be a mapping of settings (name: value), got "
+                f"{_shown(section)}; write it as '{name}:' followed by indented 'name: value' "
+                "lines."
+            )
+        merged[name] = dict(section or {})
     for text in overrides:
         key, value = _parse_override(text)
         if "." in key:
-            section, field = key.split(".", 1)
-            if section not in field_names:
+            section_name, field = key.split(".", 1)
+            if section_name not in field_names:
                 raise ConfigError(
-                    f"override {text!r} names unknown section {section!r}; use one of "
+                    f"override {text!r} names unknown section {section_name!r}; use one of "
                     f"{sorted(field_names)}."
                 )
         else:
@@ -243,13 +381,13 @@ def apply_overrides(
                 raise ConfigError(
                     f"override {text!r}: {key!r} is found in {where}; prefix it, e.g. run.{key}=..."
                 )
-            section, field = owners[0], key
-        if field not in field_names[section]:
+            section_name, field = owners[0], key
+        if field not in field_names[section_name]:
             raise ConfigError(
-                f"override {text!r}: {section} has no setting {field!r}; valid names are "
-                f"{sorted(field_names[section])}."
+                f"override {text!r}: {section_name} has no setting {field!r}; valid names are "
+                f"{sorted(field_names[section_name])}."
             )
-        merged[section][field] = value
+        merged[section_name][field] = value
     return merged
 
 
@@ -258,31 +396,17 @@ def load_config(
     overrides: Sequence[str] = (),
     task_config_cls: type | None = None,
 ) -> tuple[RunConfig, Any]:
-    """Read a YAML config (sections ``run`` and ``task``), apply overrides, type-check.
+    """Read a YAML config (sections ``run`` and ``task``), apply overrides, check everything.
 
     Returns ``(RunConfig, task_config)``; task_config is ``None`` when no class is given.
+    Every value is type- and range-checked and the classes' ``validate()`` run, so a bad value
+    is one :class:`ConfigError` sentence before any data are made.
     """
     sections: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {path} does not exist; pass an existing YAML file.", path
-            )
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as error:
-            raise ConfigError(
-                f"config file {path} is not valid YAML ({error}); fix it.", path
-            ) from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(
-                f"config file {path} must hold a mapping with 'run' and 'task'.", path
-            )
+        loaded = read_yaml_config(path)
         allowed = {"run", "task"}
-        extra = sorted(set(loaded) - allowed)
+        extra = sorted(str(key) for key in loaded if key not in allowed)
         if extra:
             raise ConfigError(
                 f"config file {path} has unknown section(s) {extra}; only 'run' and 'task' exist.",

@@ -25,12 +25,13 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
+from medvl_engine._config_ranges import Range, ranged
 from medvl_engine.data.mammo_augment import MammoAugmentConfig
 from medvl_engine.data.mammo_dataset import (
     MammoDataset,
@@ -40,7 +41,7 @@ from medvl_engine.data.mammo_dataset import (
 )
 from medvl_engine.data.mammo_manifest import MammoRecord, read_mammo_manifest_contents
 from medvl_engine.data.mammo_reports import normalise_findings, parsed_report
-from medvl_engine.errors import ConfigError
+from medvl_engine.errors import ConfigError, ResourceLimitError
 from medvl_engine.losses import (
     clip_contrastive_loss,
     roi_pointing_loss,
@@ -49,16 +50,18 @@ from medvl_engine.losses import (
     sup_sigmoid_loss,
     tabular_similarity,
 )
+from medvl_engine.models._topksiglip_ranges import TOPKSIGLIP_RANGES, check_topksiglip_values
 from medvl_engine.models.topk import selection_mask
 from medvl_engine.models.topksiglip import TopKSigLIP, TopKSigLIPConfig, build_topksiglip
 from medvl_engine.models.topksiglip_folder import save_topksiglip
-from medvl_engine.training.config import RunConfig
+from medvl_engine.training.config import MAX_SEED, RunConfig, check_output_folder
 from medvl_engine.training.distributed import gather_with_grad, shard_indices
 from medvl_engine.training.task import unwrap_model
 
 __all__ = [
     "ACTIONS",
     "CONFIG_CLASS",
+    "MAX_SYNTHETIC_PIXELS",
     "TopKSigLIPTask",
     "selection_metrics",
     "TopKSigLIPTaskConfig",
@@ -67,8 +70,31 @@ __all__ = [
     "shuffle_sentences",
     "stratified_subset",
     "alignment_loss",
+    "synthetic_pixel_budget",
     "synthetic_records",
 ]
+
+
+MAX_SYNTHETIC_PIXELS = 2**32
+"""Pixels of a synthetic cohort (all splits, both views): about 8.6 GB of DICOM on disk and
+some 20 minutes of generation on one core; env MEDVL_MAX_SYNTHETIC_PIXELS overrides."""
+
+_ENV_SYNTHETIC = "MEDVL_MAX_SYNTHETIC_PIXELS"
+_SEED = Range(low=0, high=MAX_SEED, hint="give a seed from 0 to 4294967295")
+_COUNT = Range(low=0, high=10_000_000, hint="give a number of breasts, e.g. 800")
+_STEPS = Range(low=0, high=1_000_000_000, hint="0 for none")
+_LR = Range(low=0, low_open=True, high=10, hint="e.g. 1e-3")
+_WEIGHT = Range(low=0, high=1e6, hint="0 turns the term off")
+
+
+def synthetic_pixel_budget() -> int:
+    """Pixels a synthetic cohort may have (env MEDVL_MAX_SYNTHETIC_PIXELS overrides)."""
+    text = os.environ.get(_ENV_SYNTHETIC, "").strip().replace("_", "")
+    try:
+        value = int(float(text)) if text else MAX_SYNTHETIC_PIXELS
+    except (ValueError, OverflowError):
+        return MAX_SYNTHETIC_PIXELS
+    return value if value > 0 else MAX_SYNTHETIC_PIXELS
 
 
 @dataclass
@@ -79,50 +105,65 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     objective: Literal["sigmoid", "contrastive"] = "sigmoid"  # Sup-sigmoid or softmax
     target: Literal["tabular", "identity"] = "tabular"  # soft target S, or I
     roi_supervision: bool = True  # Soft Dice on the breasts that have ROI boxes
-    dice_weight: float = 5.0
+    dice_weight: float = ranged(5.0, _WEIGHT)
     # Weight of the ROI pointing loss on the scorer's log w in training (0: none); see
     # medvl_engine.losses.roi_pointing_loss.
-    pointing_weight: float = 0.0
+    pointing_weight: float = ranged(0.0, _WEIGHT)
     manifest: str | None = None  # breast-level CSV/JSONL; None with synthetic_train > 0
     train_split: str = "train"
     eval_split: str = "val"  # read by every evaluation during training; selects best/
     test_split: str = "test"  # read only by the eval action
-    synthetic_train: int = 0  # breasts of a synthetic training cohort (when no manifest)
-    synthetic_eval: int = 0  # synthetic validation breasts (seed synthetic_seed + 1)
-    synthetic_test: int = 0  # synthetic test breasts (seed synthetic_seed + 2), eval action only
+    # breasts of a synthetic training cohort (when no manifest); the three counts together are
+    # budgeted (see synthetic_pixel_budget)
+    synthetic_train: int = ranged(0, _COUNT)
+    synthetic_eval: int = ranged(
+        0, _COUNT
+    )  # synthetic validation breasts (seed synthetic_seed + 1)
+    # synthetic test breasts (seed synthetic_seed + 2), eval action only
+    synthetic_test: int = ranged(0, _COUNT)
     synthetic_dir: str | None = None  # where cohorts are written; default <run root>/synthetic
-    synthetic_seed: int = 0
-    synthetic_size: list[int] = dataclasses.field(default_factory=lambda: [1024, 640])  # rows, cols
+    synthetic_seed: int = ranged(0, _SEED)
+    synthetic_size: list[int] = ranged(  # rows, cols
+        [1024, 640],
+        low=32,
+        high=16_384,
+        min_items=2,
+        max_items=2,
+        hint="rows and cols, e.g. [1024, 640]",
+    )
     report_shuffle: bool = False  # shuffle the sentence order of each report in training
-    batch_size: int = 32
+    batch_size: int = ranged(32, low=1, high=65_536, hint="e.g. task.batch_size=32")
     augment: bool = True
     # share of augmented view halves resampled (rotation, scale, sub-pixel shift); the rest
     # move by whole pixels only and keep fine calcifications sharp
-    augment_resample_p: float = 1.0
+    augment_resample_p: float = ranged(1.0, low=0, high=1, hint="e.g. 0.5")
     # each augmented breast's intensities are multiplied by a factor in [1 - i, 1 + i]
-    augment_intensity: float = 0.2
-    eval_k: int | None = None  # patches at evaluation (default k)
+    augment_intensity: float = ranged(0.2, low=0, high=1, high_open=True, hint="e.g. 0.2")
+    # patches at evaluation (default k)
+    eval_k: int | None = ranged(None, low=1, high=65_536, hint="or none for task.k")
     # Zero-shot readouts repeated with these k in each evaluation (Tables 1-2: 15, 30, 45);
     # values above grid * grid are left out with a note. [] for none.
-    eval_k_sweep: list[int] = dataclasses.field(default_factory=lambda: [15, 30, 45])
+    eval_k_sweep: list[int] = ranged(
+        [15, 30, 45], low=1, high=65_536, max_items=64, hint="e.g. [15, 30, 45]"
+    )
     # Linear probe on frozen image embeddings, in the eval action only: fitted on train_split,
     # the iteration chosen on eval_split, reported on test_split (the paper's schedule below).
     linear_probe: bool = True
-    probe_steps: int = 20_000
-    probe_lr: float = 4e-3
-    probe_weight_decay: float = 0.01
-    probe_batch_size: int = 32
-    probe_eval_every: int = 500
+    probe_steps: int = ranged(20_000, _STEPS)
+    probe_lr: float = ranged(4e-3, _LR)
+    probe_weight_decay: float = ranged(0.01, low=0, high=10, hint="e.g. 0.01")
+    probe_batch_size: int = ranged(32, low=1, high=65_536, hint="e.g. 32")
+    probe_eval_every: int = ranged(500, low=1, high=1_000_000_000, hint="e.g. 500")
     # Share of the training rows used (pretraining-size ablation): a seeded subset stratified
     # by (cancer, BI-RADS); 1.0 keeps every row. The linear probe still fits on every row.
-    train_fraction: float = 1.0
+    train_fraction: float = ranged(1.0, low=0, low_open=True, high=1, hint="e.g. 0.33")
     # ROI-supervised patch pretraining of the backbone before training (0: none); see
     # medvl_engine.training.lesion_pretrain. For towers without pretrained weights.
-    lesion_pretrain_steps: int = 0
-    lesion_pretrain_lr: float = 1e-3
+    lesion_pretrain_steps: int = ranged(0, _STEPS)
+    lesion_pretrain_lr: float = ranged(1e-3, _LR)
     # Weight of its second term: ROI patches of breasts with vs without cancer (0: lesion vs
     # normal only).
-    lesion_pretrain_malignancy: float = 0.0
+    lesion_pretrain_malignancy: float = ranged(0.0, _WEIGHT)
     # Only the ROIs of breasts with one kind of finding carry the outcome in that term (the
     # breast-level label does not say which of two findings is the cancer).
     lesion_pretrain_sole_finding_outcome: bool = False
@@ -131,24 +172,62 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
     lesion_pretrain_malignancy_normals: bool = False
     # Normal patches centred on the brightest spots of each breast without findings (hard
     # negatives), in addition to two random tissue patches per such breast.
-    lesion_pretrain_bright_normals: int = 0
+    lesion_pretrain_bright_normals: int = ranged(0, low=0, high=1000, hint="e.g. 2")
     # Patches cut around each ROI box, each at its own random offset (1: one per box).
-    lesion_pretrain_roi_crops: int = 1
+    lesion_pretrain_roi_crops: int = ranged(1, low=1, high=1000, hint="e.g. 1")
     # Steps of scorer pretraining after it (0: none): the candidate softmax of whole breast
     # images is pulled onto the ROI cells; the backbone trains at vision_lr_scale of its lr.
-    scorer_pretrain_steps: int = 0
-    scorer_pretrain_lr: float = 1e-3
-    vision_lr_scale: float = 1.0  # the ConvNeXt backbone trains at run.lr * vision_lr_scale
-    seed: int = 0
+    scorer_pretrain_steps: int = ranged(0, _STEPS)
+    scorer_pretrain_lr: float = ranged(1e-3, _LR)
+    # the ConvNeXt backbone trains at run.lr * vision_lr_scale
+    vision_lr_scale: float = ranged(1.0, low=0, high=1000, hint="e.g. 0.2")
+    seed: int = ranged(0, _SEED)
     install_as: str | None = None  # registered name whose cache folder receives the final model
     # A saved model (folder or registered name, e.g. topksiglip-demo) to start from instead of a
     # new one (no lesion pretraining then); with run.epochs=0 it is evaluated as it is. The eval
     # action scores it on the test split instead of the run's best/ models.
     init_from: str | None = None
-    bootstrap_resamples: int = 1000  # eval action: resamples of the test breasts per interval
+    # eval action: resamples of the test breasts per interval
+    bootstrap_resamples: int = ranged(1000, low=1, high=1_000_000, hint="e.g. 1000")
     # eval action: "test" (the report) or "validation" (an analysis of the breasts best/ and the
     # recipe were chosen on; optimistic, no linear probe), written to its own file.
     report_split: str = "test"
+
+    FIELD_RANGES: ClassVar[dict[str, Range]] = TOPKSIGLIP_RANGES
+    """Ranges of the model fields inherited from :class:`TopKSigLIPConfig`."""
+
+    def validate(self) -> None:
+        """Checks across fields, run on load before any data are made: the model settings
+        (:func:`check_topksiglip_values`), ``eval_k`` within the grid and the synthetic
+        cohort's size within :func:`synthetic_pixel_budget`."""
+        check_topksiglip_values(self)
+        cells = self.grid * self.grid
+        if self.eval_k is not None and self.eval_k > cells:
+            raise ConfigError(
+                f"task.eval_k={self.eval_k} exceeds the {self.grid}x{self.grid} grid: it must be "
+                f"between 1 and {cells}, or none for task.k."
+            )
+        if not self.manifest:
+            if self.synthetic_dir:
+                check_output_folder(self.synthetic_dir, "task.synthetic_dir")
+            count = self.synthetic_train + self.synthetic_eval + self.synthetic_test
+            rows, cols = (int(v) for v in self.synthetic_size)
+            if rows < 128 or cols < 96:
+                raise ConfigError(
+                    f"task.synthetic_size={[rows, cols]} is smaller than the 128 x 96 px (rows, "
+                    "cols) a synthetic mammogram needs; give e.g. task.synthetic_size=[192,128]."
+                )
+            pixels = count * rows * cols * 2  # two views per breast
+            budget = synthetic_pixel_budget()
+            if pixels > budget:
+                raise ResourceLimitError(
+                    f"task.synthetic_train/eval/test ask for {count:,} synthetic breasts of "
+                    f"{rows}x{cols} px ({pixels / 1e9:.3g} billion px, about "
+                    f"{pixels * 2 / 1e9:.3g} GB on disk), more than the {budget / 1e9:.3g} "
+                    "billion px allowed "
+                    f"({_ENV_SYNTHETIC}); use fewer or smaller breasts, or raise "
+                    f"{_ENV_SYNTHETIC} if the disk and time are there."
+                )
 
     def model_config(self) -> TopKSigLIPConfig:
         """The model's fields; the contrastive objectives have no logit bias (it would be a

@@ -256,7 +256,7 @@ def test_loader_settings_are_checked(tmp_path):
     assert (run.num_workers, run.prefetch_factor, run.pin_memory) == (2, 4, True)
     assert load_config(None, [])[0].pin_memory == "auto"
     assert load_config(None, [])[0].num_workers == 0
-    with pytest.raises(ConfigError, match="run.num_workers must be >= 0"):
+    with pytest.raises(ConfigError, match="run.num_workers must be between 0 and 256, got -1"):
         load_config(None, ["run.num_workers=-1"])
     with pytest.raises(ConfigError, match="run.pin_memory"):
         load_config(None, ["run.pin_memory=sometimes"])

@@ -80,7 +80,7 @@ def test_resume_continues_the_same_average(tmp_path):
 
 
 def test_bad_decay_and_a_checkpoint_without_average_are_clear_errors(tmp_path):
-    with pytest.raises(ConfigError, match="run.ema_decay must lie between 0 and 1"):
+    with pytest.raises(ConfigError, match=r"run.ema_decay must be in \(0, 1\), got 1.5"):
         _run(tmp_path, ema_decay=1.5)
     train(ToyTask(ToyConfig()), _run(tmp_path, stop_at_step=5))
     with pytest.raises(ConfigError, match="holds no weight average"):
