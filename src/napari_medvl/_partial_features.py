@@ -113,7 +113,11 @@ class PartialFeatures:
 
         if not self.store_path.is_dir():
             return 0
+        from medvl_engine.guarded_files import check_zarr_tree
+
         try:
+            # regular files inside the store only: a chunk linked to a named pipe never blocks
+            check_zarr_tree(self.store_path)
             group = zarr.open_group(str(self.store_path), mode="r")
             attrs = dict(group.attrs)
             features = group["features"]

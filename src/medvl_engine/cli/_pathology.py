@@ -69,11 +69,16 @@ def encoder_and_store(
         )
     slide = open_slide(slide_path)
     try:
-        encoder = load_encoder(model, device=device)
+        # cheap checks first: the features file is opened and checked (milliseconds) before
+        # the model loads (seconds), so a bad file is refused at once
+        store = None
         if features is not None:
             store = open_features_for_slide(
                 features, slide, coords_path=coords, patch_size_level0=patch_size_level0
             )
+        encoder = load_encoder(model, device=device)
+        if store is not None:
+            assert features is not None
             if store.embed_dim != encoder.embed_dim:
                 raise DataError(
                     f"Feature store {features} holds {store.embed_dim}-dimensional features "

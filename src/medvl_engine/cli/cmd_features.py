@@ -59,9 +59,12 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from medvl_engine._write_errors import make_output_folder
     from medvl_engine.errors import ConfigError, MedVLError
+    from medvl_engine.export.input_guard import check_output_folder_spares_inputs
 
-    args.out.mkdir(parents=True, exist_ok=True)
+    check_output_folder_spares_inputs(args.out, [*args.slides, *(args.from_h5 or [])])
+    make_output_folder(args.out, "--out folder")  # a file there, or unwritable: one sentence
     if args.from_h5:
         return _import_h5(args)
     if not args.slides:
@@ -122,10 +125,13 @@ def _import_h5(args: argparse.Namespace) -> int:
     from medvl_engine._fingerprint import file_fingerprint, short_fingerprint
     from medvl_engine.errors import DataError
     from medvl_engine.features import import_h5_features
+    from medvl_engine.guarded_files import require_data_file
 
     for h5_path in args.from_h5:
-        if not h5_path.is_file():
+        if not h5_path.exists():
             raise DataError(f"Feature file {h5_path} does not exist; check the path.", h5_path)
+        # a named pipe or device is refused before it is fingerprinted (which reads it)
+        require_data_file(h5_path, "TRIDENT or CLAM .h5 file")
         out_path = args.out / f"{h5_path.stem}-{short_fingerprint(file_fingerprint(h5_path))}.zarr"
         store = import_h5_features(h5_path, out_path, encoder=args.encoder)
         print(f"{out_path}: {store.n_patches} patches x {store.embed_dim} (imported)")

@@ -11,6 +11,14 @@ import numpy as np
 import torch
 
 from medvl_engine.errors import CorruptFileError, DataError
+from medvl_engine.guarded_files import (
+    check_h5_dataset,
+    check_zarr_array,
+    check_zarr_tree,
+    h5_dataset,
+    open_h5,
+    open_h5_file,
+)
 
 __all__ = [
     "read_bag_features",
@@ -22,34 +30,58 @@ __all__ = [
 ]
 
 _H5_SUFFIXES = (".h5", ".hdf5")
+# what h5py, zarr and their codecs raise for a damaged file (MedVLError is none of these)
+_READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
 
 
 def _read_h5(path: Path) -> np.ndarray:
-    import h5py
-
-    with h5py.File(path, "r") as handle:
-        array = np.asarray(_h5_features(handle, path)[0])
+    """The whole features dataset of a .h5 (guarded: see :mod:`medvl_engine.guarded_files`)."""
+    with open_h5(path) as handle:
+        array = np.asarray(_h5_features(handle, path)[0][...])
     if array.ndim == 3 and array.shape[0] == 1:  # TRIDENT stores [1, N, D] in some versions
         array = array[0]
     return array
 
 
-def _read_zarr(path: Path) -> np.ndarray:
+def _zarr_features(path: Path) -> Any:
+    """The checked "features" array of a zarr store: regular files inside the folder only,
+    numeric, within the array limit, every chunk present."""
     import zarr
 
+    root = check_zarr_tree(path)
     try:
-        group = zarr.open_group(str(path), mode="r")
+        group = zarr.open_group(str(root), mode="r")
+        features = group["features"] if "features" in group else None
     except Exception as error:
         raise CorruptFileError(
             f"{path} is not a readable zarr feature store ({type(error).__name__}); re-extract it.",
             path,
         ) from None
-    if "features" not in group:
-        raise DataError(f"feature store {path} has no 'features' array; re-extract it.", path)
-    features = group["features"]
     if not isinstance(features, zarr.Array):
         raise DataError(f"feature store {path} has no 'features' array; re-extract it.", path)
-    return np.asarray(features[...])
+    check_zarr_array(features, root)
+    return features
+
+
+def _read_zarr(path: Path) -> np.ndarray:
+    features = _zarr_features(path)
+    try:
+        return np.asarray(features[...])
+    except Exception as error:  # damaged chunks: zarr and its codecs raise many types
+        raise CorruptFileError(
+            f"{path}: its features could not be decoded ({type(error).__name__}); re-extract it.",
+            path,
+        ) from None
+
+
+def _finite(array: np.ndarray, path: Path) -> np.ndarray:
+    """``array`` unless it holds NaN or infinity (which would poison training)."""
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise DataError(
+            f"{path} holds features that are not finite numbers (NaN or infinity); re-extract it.",
+            path,
+        )
+    return array
 
 
 def read_bag_features(path: str | Path) -> torch.Tensor:
@@ -59,14 +91,14 @@ def read_bag_features(path: str | Path) -> torch.Tensor:
         raise DataError(f"feature file {path} does not exist; extract features first.", path)
     try:
         array = _read_h5(path) if _is_h5(path) else _read_zarr(path)
-    except OSError as error:
+    except _READ_ERRORS as error:
         raise CorruptFileError(f"{path} cannot be read ({error}); re-extract it.", path) from None
     if array.ndim != 2 or array.shape[0] == 0:
         raise DataError(
             f"{path} holds features of shape {array.shape}; expected a non-empty [N, D] array.",
             path,
         )
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    return torch.from_numpy(_finite(np.ascontiguousarray(array, dtype=np.float32), path))
 
 
 def _is_h5(path: Path) -> bool:
@@ -74,14 +106,17 @@ def _is_h5(path: Path) -> bool:
 
 
 def _h5_features(handle: Any, path: Path) -> tuple[Any, bool]:
-    """The "features" dataset of an open .h5 and whether it is stored ``[1, N, D]``."""
-    if "features" not in handle:
+    """The "features" dataset of an open .h5 and whether it is stored ``[1, N, D]``; links out of
+    the file, external storage, declared sizes beyond the array limit and unwritten chunks are
+    refused (:func:`~medvl_engine.guarded_files.h5_dataset`, ``check_h5_dataset``)."""
+    dataset = h5_dataset(handle, "features", path, required=False)
+    if dataset is None:
         raise DataError(
             f"{path} has no 'features' dataset (keys: {sorted(handle.keys())}); give a "
             "TRIDENT/CLAM patch-feature .h5.",
             path,
         )
-    dataset = handle["features"]
+    check_h5_dataset(dataset, path)
     return dataset, dataset.ndim == 3 and dataset.shape[0] == 1
 
 
@@ -98,27 +133,14 @@ def _open_features(path: Path) -> Any:
     if not path.exists():
         raise DataError(f"feature file {path} does not exist; extract features first.", path)
     if _is_h5(path):
-        import h5py
-
-        handle = h5py.File(path, "r")
+        handle = open_h5_file(path)
         try:
             dataset, leading_one = _h5_features(handle, path)
         except BaseException:
             handle.close()
             raise
         return dataset, leading_one, handle
-    import zarr
-
-    try:
-        group = zarr.open_group(str(path), mode="r")
-    except Exception as error:
-        raise CorruptFileError(
-            f"{path} is not a readable zarr feature store ({type(error).__name__}); re-extract it.",
-            path,
-        ) from None
-    if "features" not in group:
-        raise DataError(f"feature store {path} has no 'features' array; re-extract it.", path)
-    return group["features"], False, None
+    return _zarr_features(path), False, None
 
 
 def bag_shape(path: str | Path) -> tuple[int, int]:
@@ -131,7 +153,7 @@ def bag_shape(path: str | Path) -> tuple[int, int]:
         finally:
             if handle is not None:
                 handle.close()
-    except OSError as error:
+    except _READ_ERRORS as error:
         raise CorruptFileError(f"{path} cannot be read ({error}); re-extract it.", path) from None
     return _checked_shape(path, shape)
 
@@ -190,9 +212,9 @@ def read_bag_rows(path: str | Path, rows: Sequence[int] | np.ndarray) -> torch.T
         finally:
             if handle is not None:
                 handle.close()
-    except OSError as error:
+    except _READ_ERRORS as error:
         raise CorruptFileError(f"{path} cannot be read ({error}); re-extract it.", path) from None
-    return torch.from_numpy(np.ascontiguousarray(array[inverse], dtype=np.float32))
+    return torch.from_numpy(_finite(np.ascontiguousarray(array[inverse], dtype=np.float32), path))
 
 
 def sample_patch_rows(count: int, sample: int, generator: torch.Generator) -> np.ndarray:

@@ -103,8 +103,9 @@ class _DiskCachedLoader:
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in record.exam_id)
         path = self.folder / f"{safe}_{record.laterality}_{image_size}.npz"
         if path.is_file():
-            with np.load(path) as stored:
-                return stored["image"], stored["boxes"]
+            stored = _cached_breast(path)
+            if stored is not None:
+                return stored
         image, boxes = self.loader(record, image_size)
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write_stream(
@@ -114,6 +115,22 @@ class _DiskCachedLoader:
             what="breast-image cache",
         )
         return image, boxes
+
+
+def _cached_breast(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """(image, boxes) of a cache ``.npz`` read through the guarded reader (regular file, sizes
+    declared within the array limit, never unpickled); None when it is damaged, forged or not
+    a cache entry, so the breast is decoded again and the entry rewritten."""
+    from medvl_engine.guarded_files import load_npz
+
+    try:
+        stored = load_npz(path, "breast-image cache file")
+    except MedVLError:
+        return None
+    image, boxes = stored.get("image"), stored.get("boxes")
+    if image is None or boxes is None or image.ndim != 2 or boxes.size % 4:
+        return None
+    return image, boxes
 
 
 class MammoDataset:

@@ -59,11 +59,19 @@ def _int_pair(values: np.ndarray) -> tuple[int, int]:
 
 
 def load_heatmap_npz(path: str | Path) -> tuple[Heatmap, PatchLayout]:
-    """Read back a heatmap written as .npz by :func:`export_heatmap`."""
+    """Read back a heatmap written as .npz by :func:`export_heatmap`.
+
+    The file is read through :func:`medvl_engine.guarded_files.load_npz`: a regular file only
+    (a named pipe or device is refused unopened), zip members and array headers within the
+    array limit (no zip bomb), never unpickled.
+    """
+    from medvl_engine.guarded_files import load_npz
+
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise ExportError(f"Heatmap file {path} does not exist; check the path.", path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            values = {key: data[key] for key in data.files}
+        values = load_npz(path, "heatmap .npz")
         mpp = _float_pair(values["mpp"])
         dims = _int_pair(values["slide_dimensions"])
         heatmap = Heatmap(
@@ -88,7 +96,7 @@ def load_heatmap_npz(path: str | Path) -> tuple[Heatmap, PatchLayout]:
         )
     except FileNotFoundError as error:
         raise ExportError(f"Heatmap file {path} does not exist; check the path.", path) from error
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, TypeError) as error:
         raise CorruptFileError(
             f"{path.name} is not a heatmap .npz written by medvl ({type(error).__name__}: "
             f"{error}); write it again with `medvl heatmap --out FILE.npz`.",

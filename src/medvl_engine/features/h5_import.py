@@ -3,6 +3,11 @@
 TRIDENT and CLAM write ``features`` [N, D] and ``coords`` [N, 2] (x, y) level-0 px top-left in
 an HDF5 file (CLAM also a ``.pt`` tensor [N, D] beside an ``.h5`` of coordinates). The readers
 return :class:`~medvl_engine.features.store.FeatureStore` keyword arguments.
+
+Files are opened through :mod:`medvl_engine.guarded_files` (regular files only, no link or
+external storage leaving the file, declared sizes within the array limit, every chunk
+written) and what they hold is checked by :mod:`.validate` (float features, finite values,
+whole non-negative unique coordinates, a sane patch size) before a store is made of it.
 """
 
 from __future__ import annotations
@@ -13,8 +18,21 @@ from typing import Any
 import numpy as np
 
 from medvl_engine.errors import CorruptFileError, DataError, UnsupportedFormatError
-from medvl_engine.features._sniff import HDF5_MAGIC, starts_with
+from medvl_engine.features._sniff import HDF5_MAGIC, ZIP_MAGIC, starts_with
 from medvl_engine.features.store import FeatureStore, write_imported_store
+from medvl_engine.features.validate import (
+    checked_coords,
+    checked_features,
+    checked_patch_size_level0,
+)
+from medvl_engine.guarded_files import (
+    check_h5_dataset,
+    check_zip_archive,
+    h5_attribute,
+    h5_dataset,
+    open_h5,
+    require_data_file,
+)
 
 __all__ = ["import_h5_features", "read_clam_pt", "read_h5_coords", "read_h5_features"]
 
@@ -50,19 +68,18 @@ def read_h5_features(path: Path, patch_size_level0: int | None = None) -> dict[s
     """Read a TRIDENT or CLAM ``.h5``: ``features`` [N, D] (or [1, N, D]), ``coords`` [N, 2].
 
     The patch size comes from the attributes (see :func:`read_h5_coords`), else from
-    ``patch_size_level0``. Returns FeatureStore keyword arguments.
+    ``patch_size_level0``. Returns FeatureStore keyword arguments; raises a MedVLError with
+    one sentence for anything else (see the module docstring).
     """
-    import h5py
-
-    coords, attrs = read_h5_coords(path, patch_size_level0, needs_features=True)
-    try:
-        with h5py.File(path, "r") as handle:
-            features = np.asarray(handle["features"][...], dtype=np.float32)
-    except (OSError, KeyError, TypeError, ValueError) as error:
-        raise CorruptFileError(
-            f"{path.name}: its 'features' dataset could not be read as numbers; re-export it.",
-            path,
-        ) from error
+    path = Path(path)
+    _require_h5(path)
+    with open_h5(path) as handle:
+        _require_datasets(handle, path, ("features", "coords"))
+        dataset = h5_dataset(handle, "features", path)
+        assert dataset is not None
+        check_h5_dataset(dataset, path, kinds="biufc")  # declared sizes first: nothing read yet
+        coords, attrs = _coords_and_attrs(handle, path, patch_size_level0)
+        features = dataset[...]
     return _feature_kwargs(path, features, coords, attrs)
 
 
@@ -71,20 +88,34 @@ def read_clam_pt(
 ) -> dict[str, Any]:
     """Read a CLAM ``.pt`` feature file (a tensor [N, D]) with the coordinates of ``coords_path``.
 
-    The tensor is loaded with ``torch.load(weights_only=True)``: a file holding Python objects
-    other than tensors is refused, never run. Returns FeatureStore keyword arguments.
+    The file must be a regular zip-format PyTorch file whose members declare no more than the
+    array limit (a zip bomb is refused before anything is decompressed); the tensor is loaded
+    with ``torch.load(weights_only=True)``: a file holding Python objects other than tensors
+    is refused, never run. Returns FeatureStore keyword arguments.
     """
     import pickle
     import warnings
 
     import torch
 
-    if not pt_path.is_file():
+    pt_path, coords_path = Path(pt_path), Path(coords_path)
+    if not pt_path.exists():
         raise DataError(f"Feature file {pt_path} does not exist; check the path.", pt_path)
+    resolved = require_data_file(pt_path, "CLAM feature file")
+    if not starts_with(resolved, ZIP_MAGIC):
+        # a bare pickle (or torch's pre-1.6 format): declared sizes cannot be checked before
+        # loading, so it is never handed to torch
+        raise UnsupportedFormatError(
+            f"{pt_path.name} holds Python objects other than tensors in a bare pickle, not a "
+            "zip-format PyTorch file, which medvl does not load; give a CLAM feature file (one "
+            "tensor [N, D]) saved by torch 1.6 or later.",
+            pt_path,
+        )
+    check_zip_archive(resolved, "CLAM feature file")  # a zip bomb: refused before decompressing
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols it then refuses
             warnings.simplefilter("ignore")
-            loaded = torch.load(pt_path, map_location="cpu", weights_only=True)
+            loaded = torch.load(resolved, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         raise UnsupportedFormatError(
             f"{pt_path.name} holds Python objects other than tensors, which medvl does not "
@@ -106,7 +137,8 @@ def read_clam_pt(
             "feature file from CLAM's pt_files folder.",
             pt_path,
         )
-    features = loaded.detach().float().numpy()
+    tensor = loaded.detach()
+    features = tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy()
     coords, attrs = read_h5_coords(coords_path, patch_size_level0, needs_features=False)
     return _feature_kwargs(pt_path, features, coords, attrs, coords_name=coords_path.name)
 
@@ -119,74 +151,127 @@ def read_h5_coords(
     The attributes (file's, then the coords dataset's) get ``patch_size_level0`` resolved:
     TRIDENT's ``patch_size_level0``; else CLAM's ``patch_size`` x ``downsample`` (patches read
     at ``patch_level``); else the ``patch_size_level0`` argument; else DataError naming the
-    missing attribute and the option that gives it.
+    missing attribute and the option that gives it. Coordinates must be whole, non-negative
+    and unique.
     """
-    import h5py
+    path = Path(path)
+    _require_h5(path)
+    wanted = ("features", "coords") if needs_features else ("coords",)
+    with open_h5(path) as handle:
+        _require_datasets(handle, path, wanted)
+        return _coords_and_attrs(handle, path, patch_size_level0)
 
-    if not path.is_file():
+
+def _require_h5(path: Path) -> None:
+    if not path.exists() and not path.is_symlink():
         raise DataError(f"Feature file {path} does not exist; check the path.", path)
+    require_data_file(path, "TRIDENT or CLAM .h5 file")
     if not starts_with(path, HDF5_MAGIC):
         raise UnsupportedFormatError(
             f"{path.name} is not an HDF5 file; give a TRIDENT or CLAM patch-feature .h5 file.",
             path,
         )
-    wanted = ("features", "coords") if needs_features else ("coords",)
-    try:
-        with h5py.File(path, "r") as handle:
-            if any(name not in handle for name in wanted):
-                raise UnsupportedFormatError(
-                    f"{path.name} has no {' and '.join(repr(n) for n in wanted)} "
-                    f"dataset{'s' if len(wanted) > 1 else ''}; give a TRIDENT or CLAM "
-                    "patch-feature file.",
-                    path,
-                )
-            coords = np.asarray(handle["coords"][...])
-            attrs = {**dict(handle.attrs), **dict(handle["coords"].attrs)}
-    except (OSError, KeyError, TypeError, ValueError) as error:
+
+
+def _require_datasets(handle: Any, path: Path, wanted: tuple[str, ...]) -> None:
+    if any(h5_dataset(handle, name, path, required=False) is None for name in wanted):
+        raise UnsupportedFormatError(
+            f"{path.name} has no {' and '.join(repr(n) for n in wanted)} "
+            f"dataset{'s' if len(wanted) > 1 else ''}; give a TRIDENT or CLAM "
+            "patch-feature file.",
+            path,
+        )
+
+
+_ATTRIBUTES = ("patch_size_level0", "patch_size", "patch_level", "downsample", "mpp", "encoder")
+
+
+def _coords_and_attrs(
+    handle: Any, path: Path, patch_size_level0: int | None
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Coordinates and the known attributes (file's, then the coords dataset's), checked."""
+    dataset = h5_dataset(handle, "coords", path)
+    assert dataset is not None
+    check_h5_dataset(dataset, path, out_itemsize=8, kinds="iuf")
+    attrs: dict[str, Any] = {}
+    for holder in (handle, dataset):
+        for key in (*_ATTRIBUTES, "name"):
+            value = h5_attribute(holder, key, path)
+            if value is not None:
+                attrs[key] = value
+    raw = dataset[...]
+    if raw.size % 2:
         raise CorruptFileError(
-            f"{path.name} is not a readable HDF5 file (damaged or truncated); re-export it.", path
-        ) from error
-    if coords.size % 2 or not np.issubdtype(coords.dtype, np.number):
-        raise CorruptFileError(
-            f"{path.name}: its coords {coords.shape} are not (x, y) pairs; re-export it.", path
+            f"{path.name}: its coords {raw.shape} are not (x, y) pairs; re-export it.", path
         )
     attrs["patch_size_level0"] = _patch_size_level0(path, attrs, patch_size_level0)
-    return coords.reshape(-1, 2).astype(np.int64), attrs
+    coords = checked_coords(raw, path.name, path, advice="re-export the file")
+    return coords, attrs
 
 
 def _patch_size_level0(path: Path, attrs: dict[str, Any], given: int | None) -> int:
-    size0 = attrs.get("patch_size_level0")
-    if size0 is None and "patch_size" in attrs:
-        level = int(np.atleast_1d(attrs.get("patch_level", 0))[0])
-        if "downsample" in attrs:  # CLAM: patch size at its level x that level's downsample
-            downsample = float(np.atleast_1d(attrs["downsample"]).astype(float)[0])
-            size0 = float(np.atleast_1d(attrs["patch_size"])[0]) * downsample
-        elif level == 0:
-            size0 = float(np.atleast_1d(attrs["patch_size"])[0])
-        elif given is None:
+    label = path.name
+    if attrs.get("patch_size_level0") is not None:
+        return checked_patch_size_level0(attrs["patch_size_level0"], label, path)
+    if attrs.get("patch_size") is not None:
+        size = checked_patch_size_level0(attrs["patch_size"], label, path)
+        level = _whole_attribute(path, attrs.get("patch_level", 0), "patch_level")
+        if attrs.get("downsample") is not None:  # CLAM: patch size at its level x downsample
+            downsample = _positive_attribute(path, attrs["downsample"], "downsample")
+            return checked_patch_size_level0(size * downsample, label, path, whole=False)
+        if level == 0:
+            return size
+        if given is None:
             raise DataError(
                 f"{path.name} gives patch_size at pyramid level {level} but no 'downsample' "
                 "attribute to scale it to level 0; pass the patch side in level-0 pixels with "
                 "--patch-size-level0.",
                 path,
             )
-    if size0 is None:
-        size0 = given
-    if size0 is None:
+    if given is None:
         raise DataError(
             f"{path.name} does not say its patch size (no 'patch_size_level0' attribute, nor "
             "'patch_size', on its coords); pass the patch side in level-0 pixels with "
             "--patch-size-level0.",
             path,
         )
-    size0 = float(np.atleast_1d(size0).astype(float)[0])
-    if not np.isfinite(size0) or size0 < 1:
+    return checked_patch_size_level0(given, label, path)
+
+
+def _one_number(value: Any) -> float | None:
+    if isinstance(value, (str, bytes)):
+        return None
+    array = np.asarray(value)
+    if array.dtype.kind not in "iuf" or array.size < 1:
+        return None
+    return float(array.reshape(-1)[0])
+
+
+def _whole_attribute(path: Path, value: Any, key: str) -> int:
+    number = _one_number(value)
+    if number is None or not np.isfinite(number) or number < 0 or number != round(number):
         raise DataError(
-            f"{path.name} gives a patch size of {size0:g} level-0 px, which is not a positive "
-            "number; pass the right one with --patch-size-level0.",
+            f"{path.name} gives {key} {_shown(value)}, which is not a whole number of 0 or "
+            "more; re-export the file or pass --patch-size-level0.",
             path,
         )
-    return int(round(size0))
+    return int(number)
+
+
+def _positive_attribute(path: Path, value: Any, key: str) -> float:
+    number = _one_number(value)
+    if number is None or not np.isfinite(number) or number <= 0:
+        raise DataError(
+            f"{path.name} gives {key} {_shown(value)}, which is not a positive number; "
+            "re-export the file or pass --patch-size-level0.",
+            path,
+        )
+    return number
+
+
+def _shown(value: Any) -> str:
+    text = repr(value.tolist() if isinstance(value, np.ndarray) else value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _feature_kwargs(
@@ -196,31 +281,30 @@ def _feature_kwargs(
     attrs: dict[str, Any],
     coords_name: str | None = None,
 ) -> dict[str, Any]:
-    features = features.reshape(-1, features.shape[-1]) if features.ndim == 3 else features
-    if features.ndim != 2 or len(features) != len(coords):
+    features = checked_features(features, path.name, path, advice="re-export the file")
+    if len(features) != len(coords):
         where = f"{path.name} and {coords_name}" if coords_name else path.name
         raise CorruptFileError(
             f"{where}: {len(features)} feature rows but {len(coords)} coordinates "
             "([N, D] and [N, 2] expected); give the features and coordinates of one slide.",
             path,
         )
-    if not np.isfinite(features).all():
-        raise CorruptFileError(
-            f"{path.name} holds features that are not finite numbers (NaN or infinity); "
-            "extract them again.",
-            path,
-        )
     size0 = int(attrs["patch_size_level0"])
+    patch_size = size0
+    if attrs.get("patch_size") is not None:
+        patch_size = checked_patch_size_level0(attrs["patch_size"], path.name, path)
     mpp = attrs.get("mpp")
+    if mpp is not None:
+        mpp = _positive_attribute(path, mpp, "mpp")
     name = attrs.get("name", path.stem)
-    name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+    encoder = attrs.get("encoder", "")
     return {
         "features": features,
         "coords": coords,
         "patch_size_level0": size0,
-        "patch_size": int(np.atleast_1d(attrs.get("patch_size", size0))[0]),
+        "patch_size": patch_size,
         "target_mpp": None,
-        "encoder": str(attrs.get("encoder", "")),
-        "slide": name,
-        "mpp": None if mpp is None else (float(mpp), float(mpp)),
+        "encoder": encoder if isinstance(encoder, str) else "",
+        "slide": name if isinstance(name, str) else path.stem,
+        "mpp": None if mpp is None else (mpp, mpp),
     }

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from medvl_engine._fingerprint import short_fingerprint, slide_fingerprint
 from medvl_engine.errors import DataError
 from medvl_engine.features.store import FeatureStore
+from medvl_engine.features.validate import checked_patch_size_level0
 
 if TYPE_CHECKING:
     from medvl_engine.tiling import SlideLike
@@ -86,10 +87,19 @@ def check_store_matches_slide(store: FeatureStore, slide: SlideLike) -> None:
 def _check_patches_on_slide(
     store: FeatureStore, slide: SlideLike, label: str, slide_name: str
 ) -> None:
-    """Refuse a store whose patches lie outside the slide (features of a larger slide)."""
+    """Refuse a store whose patches lie outside the slide (features of a larger slide), or
+    whose patch side is not a whole number of pixels between 1 and the slide's longest side."""
+    width, height = (int(v) for v in slide.dimensions)
+    checked_patch_size_level0(
+        store.patch_size_level0,
+        label,
+        store.path,
+        slide_side=max(width, height, 1),
+        advice=f"pass the features made from {slide_name or 'this slide'} (or the right "
+        "--patch-size-level0)",
+    )
     if store.n_patches == 0:
         return
-    width, height = (int(v) for v in slide.dimensions)
     right = int(store.coords[:, 0].max())
     bottom = int(store.coords[:, 1].max())
     if store.coords.min() < 0 or right >= width or bottom >= height:

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 from medvl_engine._cache import cache_dir
 from medvl_engine._fingerprint import file_fingerprint, short_fingerprint
-from medvl_engine.errors import DataError, UnsupportedFormatError
+from medvl_engine.errors import DataError, MedVLError, UnsupportedFormatError
 from medvl_engine.features._sniff import HDF5_MAGIC, ZIP_MAGIC
 from medvl_engine.features.h5_import import read_clam_pt, read_h5_features
 from medvl_engine.features.identity import check_store_matches_slide, slide_identity
 from medvl_engine.features.store import FeatureStore, store_source_fingerprint, write_imported_store
+from medvl_engine.guarded_files import require_data_file
 
 if TYPE_CHECKING:
     from medvl_engine.tiling import SlideLike
@@ -62,9 +63,13 @@ def open_features_for_slide(
     stem = Path(slide_name).stem or "slide"
     cached = cache_dir() / "features" / f"{stem}-{slide_part}-{kind}-{digest}.zarr"
     if store_source_fingerprint(cached) == source_key:
-        store = FeatureStore.open(cached)
-        check_store_matches_slide(store, slide)
-        return store
+        try:
+            store = FeatureStore.open(cached)
+        except MedVLError:  # a cached import damaged (or made by an older medvl): import again
+            pass
+        else:
+            check_store_matches_slide(store, slide)
+            return store
     if kind == "pt":
         assert coords is not None
         data = read_clam_pt(path, coords, patch_size_level0)
@@ -105,6 +110,8 @@ def _kind(path: Path) -> str:
         raise DataError(f"Feature file {path} does not exist; check the path.", path)
     if path.is_dir():
         return "store"
+    # a named pipe, device or /proc entry is refused before it is fingerprinted or opened
+    require_data_file(path, "feature file (a .zarr store, .h5 or .pt)")
     suffix = path.suffix.lower()
     if suffix in _H5_SUFFIXES:
         return "h5"

@@ -23,8 +23,14 @@ import torch
 if TYPE_CHECKING:
     import zarr
 
-from medvl_engine.errors import CorruptFileError, DataError, UnsupportedFormatError
+from medvl_engine.errors import CorruptFileError, DataError, MedVLError, UnsupportedFormatError
 from medvl_engine.features._sniff import HDF5_MAGIC, starts_with
+from medvl_engine.features.validate import (
+    checked_coords,
+    checked_features,
+    checked_patch_size_level0,
+)
+from medvl_engine.guarded_files import check_zarr_array, check_zarr_tree
 
 __all__ = [
     "STORE_FORMAT",
@@ -132,7 +138,12 @@ def store_array(group: zarr.Group, name: str, path: Path) -> zarr.Array[Any]:
     """The array ``name`` ("features" or "coords") of the store's zarr group at ``path``."""
     import zarr
 
-    array = group[name]
+    try:
+        array = group[name]
+    except Exception as error:  # zarr raises many types for missing or damaged metadata
+        raise CorruptFileError(
+            f"{path} has no readable {name!r} array; extract the features again.", path
+        ) from error
     if not isinstance(array, zarr.Array):
         raise CorruptFileError(
             f"{path} holds a group where its {name!r} array should be; extract the features again.",
@@ -145,9 +156,16 @@ def stored_count(group: zarr.Group, key: str, path: Path) -> int:
     """A patch count (``n_done``, ``n_total``) saved in the attributes of the store at ``path``
     (0 when absent)."""
     value = group.attrs.get(key, 0)
-    if not isinstance(value, (int, float)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not np.isfinite(value)
+        or value < 0
+        or value != int(value)
+    ):
         raise CorruptFileError(
-            f"{path} records {key} as {value!r}, not a number; extract the features again.",
+            f"{path} records {key} as {value!r}, not a whole number of patches; extract the "
+            "features again.",
             path,
         )
     return int(value)
@@ -178,13 +196,23 @@ def create_store(
         chunks=(max(1, min(chunk_rows, max(total, 1))), dim),
         fill_value=0.0,
     )
-    group.create_array("coords", data=np.asarray(coords, dtype=np.int64).reshape(-1, 2))
+    # write_empty_chunks: a chunk of (0, 0) pairs is written too, so a missing chunk means damage
+    group.create_array(
+        "coords",
+        data=np.asarray(coords, dtype=np.int64).reshape(-1, 2),
+        config={"write_empty_chunks": True},
+    )
     return group
 
 
 def _is_store(path: Path) -> bool:
+    """Whether ``path`` is a medvl store folder (after :func:`check_zarr_tree`: a folder with a
+    named pipe or a link out of it raises MedVLError rather than being opened)."""
     import zarr
 
+    if not path.is_dir():
+        return False
+    check_zarr_tree(path)
     try:
         return zarr.open_group(str(path), mode="r").attrs.get("format") == STORE_FORMAT
     except Exception:  # zarr raises many types for something that is not a group
@@ -207,9 +235,16 @@ def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]) -> z
             "(nothing there was changed).",
             path,
         )
-    group = zarr.open_group(str(path), mode="r+")
-    if "features" not in group or "coords" not in group:
-        return None  # killed while being created: start again
+    try:
+        group = zarr.open_group(str(path), mode="r+")
+        if "features" not in group or "coords" not in group:
+            return None  # killed while being created: start again
+    except Exception as error:  # zarr raises many types for damaged metadata
+        raise DataError(
+            f"{path} is a damaged medvl feature store; delete it (or choose another output "
+            "path) and extract again.",
+            path,
+        ) from error
     stored = {key: group.attrs.get(key) for key in _IDENTITY_KEYS}
     wanted = {key: attrs.get(key) for key in _IDENTITY_KEYS}
     if stored["slide_fingerprint"] is None and wanted["slide_fingerprint"] is not None:
@@ -226,8 +261,15 @@ def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]) -> z
             "first.",
             path,
         )
+    if stored == wanted and stored_count(group, "n_done", path) == 0:
+        return None  # no row written yet (stopped while being made, e.g. disk full): made again
     stored_coords = group["coords"]
-    same_coords = isinstance(stored_coords, zarr.Array) and np.array_equal(stored_coords[:], coords)
+    try:
+        same_coords = isinstance(stored_coords, zarr.Array) and np.array_equal(
+            stored_coords[:], coords
+        )
+    except Exception:  # odd chunks or dtype: not this extraction
+        same_coords = False
     if stored != wanted or not same_coords:
         raise StoreMismatch(
             f"{path} already holds features from another encoder or patch grid "
@@ -239,10 +281,17 @@ def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]) -> z
 
 
 def read_store(path: Path) -> dict[str, Any]:
-    """Features, coords and metadata of a complete store, as FeatureStore keyword arguments."""
+    """Features, coords and metadata of a complete store, as FeatureStore keyword arguments.
+
+    The folder is checked before zarr opens it (:func:`~medvl_engine.guarded_files.check_zarr_tree`:
+    regular files inside it only), each array before it is read (numeric, within the array
+    limit, every chunk present) and what was read after (float features, finite; whole, unique,
+    non-negative coordinates, one per feature row; a whole positive patch size). Each failure
+    is one sentence (MedVLError).
+    """
     import zarr
 
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise DataError(f"Feature store {path} does not exist; run `medvl features` first.", path)
     if path.is_file() and starts_with(path, HDF5_MAGIC):
         raise UnsupportedFormatError(
@@ -250,8 +299,9 @@ def read_store(path: Path) -> dict[str, Any]:
             "--features together with its slide, or import it with `medvl features --from-h5`.",
             path,
         )
+    root = check_zarr_tree(path)
     try:
-        group = zarr.open_group(str(path), mode="r")
+        group = zarr.open_group(str(root), mode="r")
         attrs: dict[str, Any] = dict(group.attrs)
         features_array, coords_array = group["features"], group["coords"]
         if not isinstance(features_array, zarr.Array) or not isinstance(coords_array, zarr.Array):
@@ -268,31 +318,115 @@ def read_store(path: Path) -> dict[str, Any]:
             "`medvl features` (or import a TRIDENT/CLAM .h5 file).",
             path,
         )
-    done, total = int(attrs.get("n_done", 0)), int(attrs.get("n_total", 0))
+    done, total = stored_count(group, "n_done", path), stored_count(group, "n_total", path)
     if done < total:
         raise DataError(
             f"Feature store {path} is incomplete ({done} of {total} patches); run the same "
             "`medvl features` command again to finish it.",
             path,
         )
-    features = np.empty(features_array.shape, dtype=np.float32)
-    features[...] = features_array[...]
-    mpp = attrs.get("slide_mpp")
-    dims = attrs.get("slide_dimensions")
+    check_zarr_array(features_array, root, kinds="biufc")
+    check_zarr_array(
+        coords_array, root, out_itemsize=8, kinds="iuf", single_rows_may_be_unwritten=True
+    )
+    try:
+        raw_features = features_array[...]
+        raw_coords = coords_array[...]
+    except MedVLError:
+        raise
+    except Exception as error:  # damaged chunks: zarr and its codecs raise many types
+        raise CorruptFileError(
+            f"{path}: its arrays could not be decoded ({type(error).__name__}); the store is "
+            "damaged, extract the features again.",
+            path,
+        ) from error
+    label = path.name
+    features = checked_features(raw_features, label, path)
+    coords = checked_coords(raw_coords, label, path)
+    if len(features) != len(coords) or len(features) != total:
+        raise CorruptFileError(
+            f"{label}: {len(features)} feature rows, {len(coords)} coordinates and {total} "
+            "patches recorded do not agree; the store is damaged, extract the features again.",
+            path,
+        )
+    recorded_dim = attrs.get("embed_dim")
+    if recorded_dim is not None and recorded_dim != features.shape[1]:
+        raise CorruptFileError(
+            f"{label}: its features are {features.shape[1]} wide but the store records "
+            f"embed_dim {recorded_dim!r}; the store is damaged, extract the features again.",
+            path,
+        )
+    size0 = checked_patch_size_level0(
+        attrs.get("patch_size_level0"), label, path, advice="extract the features again"
+    )
+    patch_size = checked_patch_size_level0(
+        attrs.get("patch_size", size0), label, path, advice="extract the features again"
+    )
     return {
         "features": features,
-        "coords": np.asarray(coords_array[...], dtype=np.int64),
-        "patch_size_level0": int(attrs["patch_size_level0"]),
-        "patch_size": int(attrs.get("patch_size", attrs["patch_size_level0"])),
-        "target_mpp": attrs.get("target_mpp"),
-        "encoder": str(attrs.get("encoder", "")),
-        "slide": str(attrs.get("slide", "")),
-        "mpp": None if mpp is None else (float(mpp[0]), float(mpp[1])),
-        "slide_dimensions": None if dims is None else (int(dims[0]), int(dims[1])),
-        "stride": attrs.get("stride_level0"),
-        "slide_fingerprint": attrs.get("slide_fingerprint"),
-        "imported_from": attrs.get("imported_from"),
+        "coords": coords,
+        "patch_size_level0": size0,
+        "patch_size": patch_size,
+        "target_mpp": _optional_positive(attrs, "target_mpp", path),
+        "encoder": str(attrs.get("encoder", "") or ""),
+        "slide": str(attrs.get("slide", "") or ""),
+        "mpp": _optional_pair(attrs, "slide_mpp", path, float),
+        "slide_dimensions": _optional_pair(attrs, "slide_dimensions", path, int),
+        "stride": _optional_stride(attrs, path),
+        "slide_fingerprint": _optional_text(attrs, "slide_fingerprint"),
+        "imported_from": _optional_text(attrs, "imported_from"),
     }
+
+
+def _bad_attribute(path: Path, key: str, value: Any, wanted: str) -> CorruptFileError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return CorruptFileError(
+        f"{path} records {key} as {shown}, not {wanted}; extract the features again.", path
+    )
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and bool(np.isfinite(value))
+        and value > 0
+    )
+
+
+def _optional_positive(attrs: dict[str, Any], key: str, path: Path) -> float | None:
+    value = attrs.get(key)
+    if value is None:
+        return None
+    if not _positive(value):
+        raise _bad_attribute(path, key, value, "a positive number")
+    return float(value)
+
+
+def _optional_pair(attrs: dict[str, Any], key: str, path: Path, kind: type) -> Any:
+    value = attrs.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(map(_positive, value)):
+        raise _bad_attribute(path, key, value, "a pair of positive numbers")
+    if kind is int and any(v != int(v) for v in value):
+        raise _bad_attribute(path, key, value, "a pair of whole numbers")
+    return (kind(value[0]), kind(value[1]))
+
+
+def _optional_stride(attrs: dict[str, Any], path: Path) -> int | None:
+    value = attrs.get("stride_level0")
+    if value is None:
+        return None
+    if not _positive(value) or value != int(value):
+        raise _bad_attribute(path, "stride_level0", value, "a whole positive number")
+    return int(value)
+
+
+def _optional_text(attrs: dict[str, Any], key: str) -> str | None:
+    value = attrs.get(key)
+    return None if value is None else str(value)
 
 
 def store_source_fingerprint(path: Path) -> str | None:
@@ -300,6 +434,7 @@ def store_source_fingerprint(path: Path) -> str | None:
     import zarr
 
     try:
+        check_zarr_tree(path)
         attrs = zarr.open_group(str(path), mode="r").attrs
         if attrs.get("format") != STORE_FORMAT or attrs.get("n_done") != attrs.get("n_total"):
             return None
@@ -329,7 +464,10 @@ def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerpr
         "imported_from": store.imported_from,
         "source_fingerprint": source_fingerprint,
     }
-    group = create_store(out_path, store.coords, attrs, chunk_rows=4096)
-    store_array(group, "features", out_path)[:] = store.features
-    group.attrs["n_done"] = store.n_patches  # last: a killed import reads as incomplete
+    from medvl_engine._write_errors import reporting_write_errors
+
+    with reporting_write_errors("feature store", out_path):  # disk full, read-only: a sentence
+        group = create_store(out_path, store.coords, attrs, chunk_rows=4096)
+        store_array(group, "features", out_path)[:] = store.features
+        group.attrs["n_done"] = store.n_patches  # last: a killed import reads as incomplete
     store.path = out_path

@@ -40,16 +40,19 @@ def _test_patches(task: Any) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | No
     """Labelled test patches: features ``[N, D]``, labels ``[N]``, slide index ``[N]``."""
     import zarr
 
+    from medvl_engine.guarded_files import check_zarr_array, open_zarr_group
+
     features, labels, slides = [], [], []
     for index, record in enumerate(r for r in task.splits["test"] if r.label):
         if record.features.suffix == ".h5":
             continue
-        group = zarr.open_group(str(record.features), mode="r")
+        group = open_zarr_group(record.features)  # regular files inside the store only
         if "patch_labels" not in group:
             continue
         patch_labels = group["patch_labels"]
         if not isinstance(patch_labels, zarr.Array):
             continue
+        check_zarr_array(patch_labels, record.features, out_itemsize=8, require_all_chunks=False)
         features.append(task.cache.get(record.features))
         labels.append(np.asarray(patch_labels[...]))
         slides.append(np.full(len(labels[-1]), index))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import nn
 
+from medvl_engine._config_ranges import Range, ranged
 from medvl_engine.data import (
     BagCache,
     OrganStratifiedSampler,
@@ -30,7 +31,7 @@ from medvl_engine.data.bags import sample_patch_rows
 from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.losses import siglit_loss, weighted_infonce
 from medvl_engine.models.limit import LimitModel, load_limit_model, save_limit_text_tower
-from medvl_engine.training.config import RunConfig
+from medvl_engine.training.config import MAX_SEED, RunConfig, check_output_folder
 from medvl_engine.training.distributed import shard_indices
 from medvl_engine.training.task import unwrap_model
 
@@ -52,6 +53,10 @@ __all__ = [
 ]
 
 
+_SEED = Range(low=0, high=MAX_SEED, hint="give a seed from 0 to 4294967295")
+_TAU = Range(low=0, low_open=True, high=100, hint="e.g. 0.07")
+
+
 @dataclasses.dataclass
 class LimitTaskConfig:
     """Settings of the LIMIT task (the ``task`` section of train/limit_*.yaml)."""
@@ -59,13 +64,14 @@ class LimitTaskConfig:
     data: Literal["manifest", "synthetic"] = "manifest"
     manifest: str = ""
     synthetic_dir: str = "runs/limit-demo/data"
-    synthetic_slides: int = 120
-    synthetic_seed: int = 0
+    synthetic_slides: int = ranged(120, low=1, high=20_000, hint="e.g. task.synthetic_slides=120")
+    synthetic_seed: int = ranged(0, _SEED)
     text_model: str = "medvl-demo"  # registry name, text-tower folder, or transformers folder
     text_pooling: Literal["mean", "cls", "pooler"] = "mean"  # for transformers folders
-    max_text_length: int = 128
+    max_text_length: int = ranged(128, low=1, high=8192, hint="e.g. task.max_text_length=128")
     vision_encoder: str = "medvl-demo"  # the frozen encoder that made the features
-    projection_dim: int | None = None  # None: add a projection only if widths differ
+    # None: add a projection only if widths differ
+    projection_dim: int | None = ranged(None, low=1, high=65_536, hint="or none")
     # Initial map of a new projection: random, or least squares from stores of the same
     # patches embedded in the tower's space (source) and the features' space (target).
     # "file": the map `medvl-train limit bridge` wrote to task.bridge_file.
@@ -75,36 +81,52 @@ class LimitTaskConfig:
     )
     bridge_source_features: list[str] | None = None  # e.g. CONCH v1 image embeddings [N, 512]
     bridge_target_features: list[str] | None = None  # e.g. CONCH v1.5 features [N, 768]
-    bridge_ridge: float = 1e-4
-    tau_attn: float = 0.05
-    tau_nce: float = 0.07
+    bridge_ridge: float = ranged(1e-4, low=0, high=1e6, hint="e.g. task.bridge_ridge=1e-4")
+    tau_attn: float = ranged(0.05, _TAU)
+    tau_nce: float = ranged(0.07, _TAU)
     loss: Literal["weighted_infonce", "infonce", "siglit"] = "weighted_infonce"
-    num_negatives: int = 4
+    num_negatives: int = ranged(4, low=1, high=4096, hint="e.g. task.num_negatives=4")
     negatives: Literal["same_organ", "random"] = "same_organ"
     finetune: Literal["full", "lora"] = "full"
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_dropout: float = 0.0
+    lora_rank: int = ranged(8, low=1, high=4096, hint="e.g. task.lora_rank=8")
+    lora_alpha: float = ranged(16.0, low=0, low_open=True, high=1e6, hint="e.g. 16")
+    lora_dropout: float = ranged(0.0, low=0, high=1, high_open=True, hint="e.g. 0.1")
     report_filter: str = "rules"  # rules | none | "path/to/file.py:function" | entry point name
-    val_fraction: float = 0.01  # held out of train when the manifest has no val rows
+    # held out of train when the manifest has no val rows
+    val_fraction: float = ranged(0.01, low=0, high=1, high_open=True, hint="e.g. 0.01")
     eval_pooling: Literal["report_guided", "mean", "random", "topk"] = "report_guided"
-    eval_topk: int = 10
+    eval_topk: int = ranged(10, low=1, high=1_000_000, hint="e.g. task.eval_topk=10")
     eval_template: str = "{tissue} {class}"
-    eval_bootstrap: int = 1000
+    eval_bootstrap: int = ranged(1000, low=0, high=1_000_000, hint="e.g. 1000")
     # The LIMIT paper's evaluation protocol (Sec. 4.3-4.5, App. A.2); defaults are the paper's.
     eval_overall: Literal["organ_mean", "pooled"] = "organ_mean"  # mean of per-organ accuracy
     eval_group_single_label: bool = True  # organs with one class form one category
-    eval_report_organs: int | None = 7  # largest organs as rows, the rest as "other"; None: all
-    eval_random_trials: int = 10  # random pooling: mean (and std) over seeded trials
-    eval_random_patches: int = 10  # patches per random draw (the paper does not state it)
+    # largest organs as rows, the rest as "other"; None: all
+    eval_report_organs: int | None = ranged(7, low=0, high=1_000_000, hint="or none for all")
+    # random pooling: mean (and std) over seeded trials
+    eval_random_trials: int = ranged(10, low=1, high=100_000, hint="e.g. 10")
+    # patches per random draw (the paper does not state it)
+    eval_random_patches: int = ranged(10, low=1, high=1_000_000, hint="e.g. 10")
     eval_robustness: bool = True  # every template x cancer synonym pair (Fig. 3)
     eval_robustness_templates: list[str] | None = None  # None: data/limit_prompt_variants.py
     eval_robustness_synonyms: list[str] | None = None  # None: the paper's five cancer terms
-    feature_cache: int = 256  # bags kept in memory
+    feature_cache: int = ranged(256, low=1, high=1_000_000, hint="bags kept in memory, e.g. 256")
     # Patches per slide of a training bag: None keeps every patch; N draws N patches per slide
     # and step, uniformly without replacement (seeded by run.seed, epoch and bag), and reads
     # only those rows of a .h5 bag. Validation and zero-shot always use every patch.
-    max_patches: int | None = None
+    max_patches: int | None = ranged(
+        None, low=1, high=1_000_000_000, hint="or null for every patch"
+    )
+
+    def validate(self) -> None:
+        """Checks run on load, before any data are made: the report filter may run code only
+        with the user's consent (``medvl-train --allow-code``); a synthetic cohort's folder
+        must be one that can be created."""
+        from medvl_engine.data._report_filter_loader import check_report_filter_consent
+
+        check_report_filter_consent(self.report_filter)
+        if self.data == "synthetic":
+            check_output_folder(self.synthetic_dir, "task.synthetic_dir")
 
 
 CONFIG_CLASS = LimitTaskConfig
@@ -722,16 +744,21 @@ def _labelled_patches(
 ) -> tuple[torch.Tensor, Any, list[str]] | None:
     """Features ``[N, D]``, labels ``[N]`` and organs of ``split`` patches with "patch_labels"."""
     import numpy as np
-    import zarr
+
+    from medvl_engine.guarded_files import check_zarr_array, open_zarr_group
 
     features, labels, organs = [], [], []
     for record in task.splits[split]:
         if record.features.suffix == ".h5":
             continue
-        group = zarr.open_group(str(record.features), mode="r")
+        group = open_zarr_group(record.features)  # regular files inside the store only
         if "patch_labels" in group:
             features.append(task.cache.get(record.features))
-            labels.append(np.asarray(_zarr_array(group["patch_labels"])[...]))
+            patch_labels = _zarr_array(group["patch_labels"])
+            check_zarr_array(
+                patch_labels, record.features, out_itemsize=8, require_all_chunks=False
+            )
+            labels.append(np.asarray(patch_labels[...]))
             organs.extend([record.organ] * len(labels[-1]))
     if not features:
         return None
