@@ -5,8 +5,9 @@ One folder for the engine and the plugin: ``$MEDVL_CACHE`` if set, else ``~/.cac
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from medvl_engine._cache_root import cache_root
 
 __all__ = ["cache_dir"]
 
@@ -18,8 +19,7 @@ def cache_dir(*parts: str, create: bool = False) -> Path:
     Raises :class:`~medvl_engine.errors.StorageError` (one sentence saying to set
     MEDVL_CACHE to a writable folder) when the folder cannot be made.
     """
-    root = Path(os.environ.get("MEDVL_CACHE") or Path.home() / ".cache" / "medvl").expanduser()
-    folder = root.joinpath(*parts)
+    folder = cache_root().joinpath(*parts)
     if create:
         from medvl_engine._write_errors import reporting_write_errors
 

@@ -131,10 +131,10 @@ def _blocker(path: Path) -> Path:
 
 def _in_cache(path: Path) -> bool:
     """True when ``path`` lies inside the cache folder ($MEDVL_CACHE or ~/.cache/medvl)."""
-    from medvl_engine._cache import cache_dir
+    from medvl_engine._cache_root import cache_root
 
     try:
-        root = os.path.abspath(cache_dir())
+        root = os.path.abspath(cache_root())
         return os.path.commonpath([root, os.path.abspath(path)]) == root
     except (ValueError, RuntimeError, OSError):
         return False

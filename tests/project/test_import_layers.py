@@ -30,13 +30,16 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
         "_lazy",
         "_privacy",
         "_colormap",
+        "_cache_root",
+        "_write_errors",  # disk full, read-only, permission denied: one sentence
         "_cache",
         "_console",  # how the commands (medvl, medvl-train, napari-medvl-demo) use the terminal
         "demo_models",
         "_model_label",
         "_hf_classes",  # the transformers classes, resolved by one thread at a time
+        "_config_ranges",  # allowed ranges of config values (recipes and model folders)
     ),
-    2: ("io", "tiling"),
+    2: ("io", "tiling", "guarded_files"),  # guarded_files: .h5/.pt/.npz/zarr readers' checks
     3: ("data",),
     4: ("synthetic",),
     5: ("encoders", "losses"),
