@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from medvl_engine.errors import ConfigError, DataError
-from medvl_engine.features import FeatureStore
+from medvl_engine.features.store import FeatureStore
 from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS
 
 __all__ = [

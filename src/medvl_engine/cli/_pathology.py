@@ -14,6 +14,7 @@ __all__ = [
     "add_output_arguments",
     "add_rendering_arguments",
     "encoder_and_store",
+    "print_slide_notes",
     "progress_printer",
     "write_outputs",
 ]
@@ -57,9 +58,8 @@ def encoder_and_store(
     ``coords``); it must belong to the slide (see ``open_features_for_slide``). The returned
     slide is open; the caller closes it.
     """
-    from medvl_engine.encoders import load_encoder
     from medvl_engine.errors import ConfigError, DataError
-    from medvl_engine.features import open_features_for_slide, slide_features
+    from medvl_engine.features import open_features_for_slide
     from medvl_engine.io.slide import open_slide
 
     if features is None and (coords is not None or patch_size_level0 is not None):
@@ -68,6 +68,7 @@ def encoder_and_store(
             "add --features FILE or leave them out."
         )
     slide = open_slide(slide_path)
+    print_slide_notes(slide)
     try:
         # cheap checks first: the features file is opened and checked (milliseconds) before
         # the model loads (seconds), so a bad file is refused at once
@@ -76,6 +77,8 @@ def encoder_and_store(
             store = open_features_for_slide(
                 features, slide, coords_path=coords, patch_size_level0=patch_size_level0
             )
+        from medvl_engine.encoders import load_encoder  # torch: after the inputs are checked
+
         encoder = load_encoder(model, device=device)
         if store is not None:
             assert features is not None
@@ -95,6 +98,8 @@ def encoder_and_store(
             if store.mpp is None and slide.mpp is not None:
                 store.mpp = (slide.mpp[0], slide.mpp[1])
         else:
+            from medvl_engine.features import slide_features
+
             store = slide_features(slide, encoder, progress=progress_printer("features"))
             print(file=sys.stderr)
         if store.n_patches == 0:
@@ -108,6 +113,21 @@ def encoder_and_store(
         slide.close()
         raise
     return slide, encoder, store
+
+
+def print_slide_notes(slide: Any) -> None:
+    """Say on stderr what the reader chose for the slide in the user's stead (an impossible
+    pixel size read as unknown, a blank image): one ``medvl: note:`` line per warning."""
+    from medvl_engine._console import printable
+
+    properties = getattr(slide, "properties", None) or {}
+    name = Path(str(getattr(slide, "path", "slide"))).name
+    for key in sorted(properties):
+        if key.startswith("medvl.") and key.endswith("_warning") and properties[key]:
+            print(
+                f"medvl: note: {printable(name)}: {printable(str(properties[key]))}.",
+                file=sys.stderr,
+            )
 
 
 def progress_printer(label: str) -> Callable[[int, int], None]:

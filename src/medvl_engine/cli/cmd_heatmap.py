@@ -51,9 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from medvl_engine.errors import ConfigError
-    from medvl_engine.export import EXPORT_SUFFIXES
+    from medvl_engine.export.formats import EXPORT_SUFFIXES
     from medvl_engine.export.input_guard import check_outputs_spare_inputs
-    from medvl_engine.heatmap import similarity_map
 
     for out in args.out:
         if out.suffix.lower() not in EXPORT_SUFFIXES:
@@ -73,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         coords=args.coords,
         patch_size_level0=args.patch_size_level0,
     )
+    from medvl_engine.heatmap import similarity_map  # torch: after the inputs are checked
+
     with slide:
         text = encoder.encode_text(args.prompt)
         heatmap = similarity_map(

@@ -10,30 +10,11 @@ temporary file in the same folder and renamed, so a failure never leaves a parti
 - :mod:`.tiff`: pyramidal TIFF heatmaps aligned to the slide.
 - :mod:`.tables`: .npz and CSV tables of patches and boxes.
 - :mod:`.topk`: the GeoJSON, CSV and PNG files of a TopK-Patch result.
+
+Importing this package loads no torch: each name is imported from its module on first use.
 """
 
-from medvl_engine.export.geojson import (
-    boxes_geojson,
-    heatmap_contours_geojson,
-    heatmap_tiles_geojson,
-    write_geojson,
-)
-from medvl_engine.export.heatmap import (
-    EXPORT_SUFFIXES,
-    PatchLayout,
-    export_heatmap,
-    load_heatmap_npz,
-)
-from medvl_engine.export.image import composite_image, write_image
-from medvl_engine.export.tables import write_boxes_csv, write_npz, write_patches_csv
-from medvl_engine.export.tiff import (
-    TIFF_VALUES,
-    heatmap_on_slide,
-    heatmap_tiff_downsample,
-    read_heatmap_tiff_description,
-    write_heatmap_tiff,
-)
-from medvl_engine.export.topk import render_topk_png, topk_geojson, write_topk_outputs
+from medvl_engine._lazy import lazy_exports
 
 __all__ = [
     "EXPORT_SUFFIXES",
@@ -58,3 +39,30 @@ __all__ = [
     "write_patches_csv",
     "write_topk_outputs",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "EXPORT_SUFFIXES": "formats",
+        "PatchLayout": "heatmap",
+        "TIFF_VALUES": "tiff",
+        "boxes_geojson": "geojson",
+        "composite_image": "image",
+        "export_heatmap": "heatmap",
+        "heatmap_contours_geojson": "geojson",
+        "heatmap_on_slide": "tiff",
+        "heatmap_tiff_downsample": "tiff",
+        "heatmap_tiles_geojson": "geojson",
+        "load_heatmap_npz": "heatmap",
+        "read_heatmap_tiff_description": "tiff",
+        "render_topk_png": "topk",
+        "topk_geojson": "topk",
+        "write_boxes_csv": "tables",
+        "write_geojson": "geojson",
+        "write_heatmap_tiff": "tiff",
+        "write_image": "image",
+        "write_npz": "tables",
+        "write_patches_csv": "tables",
+        "write_topk_outputs": "topk",
+    },
+)

@@ -15,6 +15,7 @@ import numpy as np
 
 from medvl_engine._model_label import model_metadata
 from medvl_engine.errors import CorruptFileError, ExportError
+from medvl_engine.export.formats import EXPORT_SUFFIXES
 from medvl_engine.export.geojson import (
     boxes_geojson,
     heatmap_contours_geojson,
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from medvl_engine.io.slide import Slide
 
 __all__ = ["EXPORT_SUFFIXES", "PatchLayout", "export_heatmap", "load_heatmap_npz"]
-
-EXPORT_SUFFIXES = (".geojson", ".json", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".npz", ".csv")
 
 
 @dataclass

@@ -5,23 +5,12 @@
 - :mod:`.extract`: patches of a slide's grid encoded into a store, resumably.
 - :mod:`.h5_import`: TRIDENT/CLAM .h5 and CLAM .pt readers and their import as a store.
 - :mod:`.sources`: the features a user names for a slide (store, .h5 or .pt), checked.
+
+Importing this package loads no torch: each name below is imported from its module on first
+use, so a features file can be opened and checked before any model library loads.
 """
 
-from medvl_engine.features.extract import (
-    PatchGridLike,
-    extract_features,
-    read_patches,
-    slide_features,
-    store_path_for,
-)
-from medvl_engine.features.h5_import import import_h5_features
-from medvl_engine.features.identity import (
-    check_store_matches_slide,
-    slide_identity,
-    store_file_name,
-)
-from medvl_engine.features.sources import open_features_for_slide
-from medvl_engine.features.store import FeatureStore
+from medvl_engine._lazy import lazy_exports
 
 __all__ = [
     "FeatureStore",
@@ -36,3 +25,20 @@ __all__ = [
     "store_file_name",
     "store_path_for",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "FeatureStore": "store",
+        "PatchGridLike": "extract",
+        "check_store_matches_slide": "identity",
+        "extract_features": "extract",
+        "import_h5_features": "h5_import",
+        "open_features_for_slide": "sources",
+        "read_patches": "extract",
+        "slide_features": "extract",
+        "slide_identity": "identity",
+        "store_file_name": "identity",
+        "store_path_for": "extract",
+    },
+)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 if TYPE_CHECKING:
+    import torch
     import zarr
 
 from medvl_engine.errors import CorruptFileError, DataError, MedVLError, UnsupportedFormatError
@@ -100,7 +100,7 @@ class FeatureStore:
                 f"Feature store {self.path or self.slide}: {len(self.features)} feature rows but "
                 f"{len(self.coords)} coordinates; re-extract the features."
             )
-        self._torch = torch.from_numpy(self.features)
+        self._torch: torch.Tensor | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> FeatureStore:
@@ -118,7 +118,12 @@ class FeatureStore:
 
     @property
     def torch_features(self) -> torch.Tensor:
-        """The features as a torch tensor sharing memory with ``features`` [N, D]."""
+        """The features as a torch tensor sharing memory with ``features`` [N, D] (torch is
+        imported on first use, so opening and checking a store stays cheap)."""
+        if self._torch is None:
+            import torch
+
+            self._torch = torch.from_numpy(self.features)
         return self._torch
 
     @property
