@@ -24,7 +24,9 @@ def _train(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
         "task.synthetic_eval=4",
         "task.synthetic_test=4",
         "task.synthetic_size=[192,128]",
-        "task.lesion_pretrain_steps=0",
+        "task.lesion_pretrain_steps=0",  # every step count of the recipe is set: no training
+        "task.scorer_pretrain_steps=0",
+        "task.probe_steps=1",
         "task.batch_size=2",
         "task.image_size=128",
         "task.grid=4",
