@@ -8,25 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
-from medvl_engine.encoders import load_encoder
 from medvl_engine.errors import CancelledError, DataError
 from medvl_engine.features import FeatureStore, extract_features, import_h5_features
-
-
-@pytest.fixture(scope="module")
-def slide(tmp_path_factory):
-    from medvl_engine.io.slide import open_slide
-    from medvl_engine.synthetic import make_synthetic_slide
-
-    folder = tmp_path_factory.mktemp("slide")
-    truth = make_synthetic_slide(folder / "s.tiff", seed=5, size=(512, 384), mpp=0.25)
-    with open_slide(truth.path) as opened:
-        yield opened
-
-
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory, make_tiny_clip):
-    return load_encoder(make_tiny_clip(tmp_path_factory.mktemp("m") / "clip"))
 
 
 def test_extraction_writes_the_documented_layout(slide, encoder, tmp_path, regular_grid):

@@ -15,28 +15,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from medvl_engine.encoders import load_encoder
 from medvl_engine.errors import MedVLError, StorageError
 from medvl_engine.features import FeatureStore, extract_features, slide_features
 from tests.support.write_faults import failing_writes, leftovers
 
 BATCH = 8
-
-
-@pytest.fixture(scope="module")
-def slide(tmp_path_factory):
-    from medvl_engine.io.slide import open_slide
-    from medvl_engine.synthetic import make_synthetic_slide
-
-    folder = tmp_path_factory.mktemp("slide")
-    truth = make_synthetic_slide(folder / "s.tiff", seed=5, size=(512, 384), mpp=0.25)
-    with open_slide(truth.path) as opened:
-        yield opened
-
-
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory, make_tiny_clip):
-    return load_encoder(make_tiny_clip(tmp_path_factory.mktemp("m") / "clip"))
 
 
 @pytest.fixture(scope="module")
