@@ -49,6 +49,7 @@ __all__ = [
     "MAX_CONFIG_DEPTH",
     "MAX_SEED",
     "RunConfig",
+    "check_input_file",
     "check_output_folder",
     "check_values",
     "max_config_bytes",
@@ -138,14 +139,30 @@ class RunConfig:
             )
 
     def validate(self) -> None:
-        """Checks run when a config is loaded: the output folder (on the file system) and the
-        device name."""
+        """Checks run when a config is loaded: the output folder and the checkpoint to resume
+        from (on the file system), and the device name."""
         check_output_folder(self.out_dir, "run.out_dir")
+        if self.resume not in (None, "", "auto"):
+            check_input_file(str(self.resume), "run.resume", "the checkpoint.pt of an earlier run")
         if not _DEVICE.fullmatch(self.device):
             raise ConfigError(
                 f"run.device={self.device!r} is not a device name; write auto, cpu, cuda, "
                 "cuda:<index> or mps."
             )
+
+
+def check_input_file(value: str, name: str, what: str) -> Path:
+    """``value`` as an existing regular file the run will read (``what``), checked from its
+    ``stat`` alone: a missing path, a folder, a pipe or a device is refused in one sentence
+    naming ``name``, before any data is made."""
+    from medvl_engine.errors import MedVLError
+    from medvl_engine.guarded_files import require_data_file
+
+    try:
+        return require_data_file(Path(value).expanduser(), "checkpoint")
+    except MedVLError as error:
+        detail = error.message.split(": ", 1)[-1].split(";")[0]
+        raise ConfigError(f"{name}={value!r}: {detail}; give {what}.") from None
 
 
 def check_output_folder(value: str, name: str) -> Path:

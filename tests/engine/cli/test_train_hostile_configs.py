@@ -327,3 +327,17 @@ def test_allow_code_lets_the_shared_config_run_its_filter(tmp_path, capsys, writ
     err = capsys.readouterr().err
     assert f"medvl: running {script.resolve()} to use its function clean" in err
     sys.modules.pop("consented_filters", None)
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "fifo"])
+def test_a_resume_checkpoint_that_cannot_be_read_is_refused_on_load(kind, tmp_path, capsys):
+    target = tmp_path / "checkpoint.pt"
+    if kind == "folder":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    out = tmp_path / "run"
+    argv = ["topksiglip", "--config", str(TINY), f"run.out_dir={out}", f"run.resume={target}"]
+    line = _refused(capsys, argv)
+    assert f"run.resume='{target}'" in line and "give the checkpoint.pt of an earlier run" in line
+    assert not out.exists()
