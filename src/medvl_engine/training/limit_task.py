@@ -31,7 +31,12 @@ from medvl_engine.data.bags import sample_patch_rows
 from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.losses import siglit_loss, weighted_infonce
 from medvl_engine.models.limit import LimitModel, load_limit_model, save_limit_text_tower
-from medvl_engine.training.config import MAX_SEED, RunConfig, check_output_folder
+from medvl_engine.training.config import (
+    MAX_SEED,
+    RunConfig,
+    check_input_file,
+    check_output_folder,
+)
 from medvl_engine.training.distributed import shard_indices
 from medvl_engine.training.task import unwrap_model
 
@@ -121,12 +126,14 @@ class LimitTaskConfig:
     def validate(self) -> None:
         """Checks run on load, before any data are made: the report filter may run code only
         with the user's consent (``medvl-train --allow-code``); a synthetic cohort's folder
-        must be one that can be created."""
+        must be one that can be created, a manifest a regular file that exists."""
         from medvl_engine.data._report_filter_loader import check_report_filter_consent
 
         check_report_filter_consent(self.report_filter)
         if self.data == "synthetic":
             check_output_folder(self.synthetic_dir, "task.synthetic_dir")
+        elif self.manifest:
+            check_input_file(self.manifest, "task.manifest", "the slide-level manifest (CSV/JSONL)")
 
 
 CONFIG_CLASS = LimitTaskConfig

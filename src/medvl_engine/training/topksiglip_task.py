@@ -54,7 +54,12 @@ from medvl_engine.models._topksiglip_ranges import TOPKSIGLIP_RANGES, check_topk
 from medvl_engine.models.topk import selection_mask
 from medvl_engine.models.topksiglip import TopKSigLIP, TopKSigLIPConfig, build_topksiglip
 from medvl_engine.models.topksiglip_folder import save_topksiglip
-from medvl_engine.training.config import MAX_SEED, RunConfig, check_output_folder
+from medvl_engine.training.config import (
+    MAX_SEED,
+    RunConfig,
+    check_input_file,
+    check_output_folder,
+)
 from medvl_engine.training.distributed import gather_with_grad, shard_indices
 from medvl_engine.training.task import unwrap_model
 
@@ -207,7 +212,11 @@ class TopKSigLIPTaskConfig(TopKSigLIPConfig):
                 f"task.eval_k={self.eval_k} exceeds the {self.grid}x{self.grid} grid: it must be "
                 f"between 1 and {cells}, or none for task.k."
             )
-        if not self.manifest:
+        if self.manifest:
+            check_input_file(
+                self.manifest, "task.manifest", "the breast-level manifest (CSV/JSONL)"
+            )
+        else:
             if self.synthetic_dir:
                 check_output_folder(self.synthetic_dir, "task.synthetic_dir")
             count = self.synthetic_train + self.synthetic_eval + self.synthetic_test

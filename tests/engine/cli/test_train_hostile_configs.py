@@ -341,3 +341,18 @@ def test_a_resume_checkpoint_that_cannot_be_read_is_refused_on_load(kind, tmp_pa
     line = _refused(capsys, argv)
     assert f"run.resume='{target}'" in line and "give the checkpoint.pt of an earlier run" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("task", "recipe"), [("topksiglip", TINY), ("limit", LIMIT)])
+@pytest.mark.parametrize("kind", ["missing", "fifo"])
+def test_a_manifest_that_cannot_be_read_is_refused_on_load(task, recipe, kind, tmp_path, capsys):
+    manifest = tmp_path / "manifest.csv"
+    if kind == "fifo":
+        os.mkfifo(manifest)
+    out = tmp_path / "run"
+    argv = [task, "--config", str(recipe), f"run.out_dir={out}", f"task.manifest={manifest}"]
+    if task == "limit":
+        argv.append("task.data=manifest")
+    line = _refused(capsys, argv)
+    assert f"task.manifest='{manifest}'" in line and "manifest (CSV/JSONL)" in line
+    assert not out.exists()

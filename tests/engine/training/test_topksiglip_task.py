@@ -242,15 +242,17 @@ def test_linear_probe_separable():
     assert linear_probe_auroc(train_x, train_y, test_x, test_y, 3, steps=2000) > 0.95
 
 
-def test_recipes_parse_with_the_paper_values():
+def test_recipes_parse_with_the_paper_values(tmp_path):
     from pathlib import Path
 
     from medvl_engine.training import load_config
     from medvl_engine.training.topksiglip_task import CONFIG_CLASS
 
     train_dir = Path(__file__).resolve().parents[3] / "train"
+    manifest = tmp_path / "m.csv"  # the manifest must exist when the config is loaded
+    manifest.write_text("breast_id,split\n")
     run, task = load_config(
-        train_dir / "topksiglip_embed.yaml", ["task.manifest=m.csv"], CONFIG_CLASS
+        train_dir / "topksiglip_embed.yaml", [f"task.manifest={manifest}"], CONFIG_CLASS
     )
     assert (run.lr, run.weight_decay, run.max_steps, task.batch_size) == (1e-5, 0.05, 100_000, 32)
     assert (task.image_size, task.grid, task.k, task.low_res_factor) == (1536, 16, 15, 3)
