@@ -264,3 +264,16 @@ def test_shipped_model_folders_pass_every_check():
     for name in ("medvl-demo", "topksiglip-demo"):
         check_model_folder(DEMO_MODELS / name)
         assert load_weights(DEMO_MODELS / name)
+
+
+def test_the_scan_cap_follows_its_environment_setting(tmp_path, clip_folder, monkeypatch):
+    folder = _copy(clip_folder, tmp_path)
+    padding = folder / "padding"
+    padding.mkdir()
+    for index in range(60):
+        (padding / f"f{index:02d}").touch()
+    monkeypatch.setenv("MEDVL_MAX_MODEL_FOLDER_ENTRIES", "50")
+    with pytest.raises(UnsafeModelError, match=r"more than 50 files .*MEDVL_MAX_MODEL_FOLDER_ENT"):
+        load_encoder(folder)
+    monkeypatch.setenv("MEDVL_MAX_MODEL_FOLDER_ENTRIES", "500")
+    assert load_encoder(folder).embed_dim > 0

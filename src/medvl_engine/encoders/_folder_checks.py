@@ -70,6 +70,15 @@ TOKENIZER_VOCABULARIES = (
 )
 _MAX_JSON_BYTES = 16 * 1024 * 1024
 _MAX_FILES_SCANNED = 10_000
+_ENV_MAX_FILES_SCANNED = "MEDVL_MAX_MODEL_FOLDER_ENTRIES"
+
+
+def max_files_scanned() -> int:
+    """Entries a model folder may hold before its scan refuses it (default 10,000; env
+    MEDVL_MAX_MODEL_FOLDER_ENTRIES, a positive whole number)."""
+    text = os.environ.get(_ENV_MAX_FILES_SCANNED, "").strip().replace("_", "")
+    return int(text) if text.isdigit() and int(text) > 0 else _MAX_FILES_SCANNED
+
 
 T = TypeVar("T")
 
@@ -146,14 +155,14 @@ def _scan_error(folder: Path, problem: str) -> UnsafeModelError:
 def _code_files(folder: Path) -> list[str]:
     """Names of program files anywhere under ``folder``, symlinked sub-folders included.
 
-    Every entry is counted; a folder with more than :data:`_MAX_FILES_SCANNED` entries (or
+    Every entry is counted; a folder with more than :func:`max_files_scanned` entries (or
     one that cannot be listed) is refused rather than passed half-checked. A symlinked
     sub-folder is scanned like a real one (each real folder once, so a link loop ends).
     """
     found: list[str] = []
     seen: set[Path] = set()
     pending = [folder]
-    count = 0
+    count, limit = 0, max_files_scanned()
     while pending:
         current = pending.pop()
         try:
@@ -171,9 +180,10 @@ def _code_files(folder: Path) -> list[str]:
             ) from error
         for entry in entries:
             count += 1
-            if count > _MAX_FILES_SCANNED:
+            if count > limit:
                 raise _scan_error(
-                    folder, f"holds more than {_MAX_FILES_SCANNED:,} files and folders"
+                    folder,
+                    f"holds more than {limit:,} files and folders ({_ENV_MAX_FILES_SCANNED})",
                 )
             path = Path(entry.path)
             if path.suffix in CODE_SUFFIXES:
