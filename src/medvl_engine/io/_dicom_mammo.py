@@ -40,7 +40,7 @@ from medvl_engine.io._dicom_values import (
     whole_number,
 )
 from medvl_engine.io._limits import check_decode_bytes
-from medvl_engine.io._mammogram import VIEW_NAMES, Mammogram, parse_file_name
+from medvl_engine.io._mammogram import VIEW_NAMES, Mammogram, blank_warning, parse_file_name
 
 __all__ = ["PRIVATE_DICOM_KEYWORDS", "display_pixels", "open_dicom_mammogram", "voi_options"]
 
@@ -312,20 +312,6 @@ def _pixel_spacing(dataset: Any) -> tuple[tuple[float, float] | None, str | None
     return None, None
 
 
-def _blank_warning(stored: np.ndarray) -> str | None:
-    """A sentence when every stored pixel holds the same value: the file is read as it is,
-    but the view shows one grey, which a reader should be told."""
-    if stored.size < 2:
-        return None
-    low, high = float(stored.min()), float(stored.max())
-    if high > low:
-        return None
-    return (
-        f"every pixel stores the same value ({low:g}), so the image shows one grey; check "
-        "that this is the view meant"
-    )
-
-
 def open_dicom_mammogram(path: Path, voi_index: int, placeholder_ok: bool = False) -> Mammogram:
     """Read a DICOM mammogram: stored values through the grayscale pipeline, plus metadata.
 
@@ -378,7 +364,7 @@ def _open(path: Path, voi_index: int, placeholder_ok: bool) -> Mammogram:
         "manufacturer": _text(dataset.get("Manufacturer")),
         "presentation_lut_shape": _text(dataset.get("PresentationLUTShape")),
         "medvl.pixel_spacing_warning": spacing_warning,
-        "medvl.blank_warning": None if problem else _blank_warning(stored),
+        "medvl.blank_warning": None if problem else blank_warning(stored),
     }
     private = {
         keyword: str(dataset.get(keyword))

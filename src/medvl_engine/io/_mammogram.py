@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAMMOGRAM_SUFFIXES", "VIEW_NAMES", "Mammogram", "parse_file_name"]
+__all__ = ["MAMMOGRAM_SUFFIXES", "VIEW_NAMES", "Mammogram", "blank_warning", "parse_file_name"]
 
 MAMMOGRAM_SUFFIXES = (".dcm", ".dicom", ".png", ".tif", ".tiff")
 
@@ -80,3 +80,17 @@ def parse_file_name(name: str) -> tuple[str | None, str | None]:
                 laterality = laterality or _LATERALITY_WORDS[joined.group(1)]
                 view = view or joined.group(2)
     return laterality, view
+
+
+def blank_warning(stored: np.ndarray) -> str | None:
+    """A sentence when every stored pixel holds the same value: the file is read as it is,
+    but the view shows one grey, which a reader should be told."""
+    if stored.size < 2:
+        return None
+    low, high = float(stored.min()), float(stored.max())
+    if high > low:
+        return None
+    return (
+        f"every pixel stores the same value ({low:g}), so the image shows one grey; check "
+        "that this is the view meant"
+    )

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from medvl_engine.errors import (
     CorruptFileError,
@@ -26,6 +29,7 @@ from medvl_engine.io._mammogram import (
     MAMMOGRAM_SUFFIXES,
     VIEW_NAMES,
     Mammogram,
+    blank_warning,
     parse_file_name,
 )
 from medvl_engine.io._safe_open import require_regular_file
@@ -113,6 +117,10 @@ def _open_plain(path: Path, head: bytes) -> Mammogram:
             path,
         )
     laterality, view = parse_file_name(path.name)
+    properties: dict[str, Any] = {"format": path.suffix.lower().lstrip(".")}
+    blank = blank_warning(np.asarray(pixels))
+    if blank:
+        properties["medvl.blank_warning"] = blank
     return Mammogram(
         path=path,
         pixels=display,
@@ -121,7 +129,7 @@ def _open_plain(path: Path, head: bytes) -> Mammogram:
         modality=None,
         photometric=photometric,
         voi=voi_name,
-        properties={"format": path.suffix.lower().lstrip(".")},
+        properties=properties,
     )
 
 

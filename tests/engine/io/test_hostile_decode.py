@@ -566,3 +566,22 @@ def test_dicom_wsi_jpeg_frames_cut_short_are_refused(
     assert (
         "cut.dcm: tile 2 of level 0 is cut short (its JPEG data stops before its end marker)" in err
     )
+
+
+@pytest.mark.parametrize("suffix", [".png", ".tiff"])
+def test_a_plain_mammogram_of_one_value_opens_with_a_warning(tmp_path, capsys, suffix):
+    """Blank PNG and TIFF mammograms say so as DICOM ones do; a real image says nothing."""
+    from PIL import Image
+
+    blank = tmp_path / f"blank_L_CC{suffix}"
+    Image.fromarray(np.full((64, 48), 90, np.uint8)).save(blank)
+    warning = open_mammogram(blank).properties["medvl.blank_warning"]
+    assert warning.startswith("every pixel stores the same value (90)")
+    capsys.readouterr()
+    assert main(["info", str(blank)]) == 0
+    assert "medvl.blank_warning: every pixel stores the same value (90)" in capsys.readouterr().out
+    image = tmp_path / f"image_L_CC{suffix}"
+    Image.fromarray(np.arange(64 * 48, dtype=np.uint16).reshape(64, 48).astype(np.uint8)).save(
+        image
+    )
+    assert "medvl.blank_warning" not in open_mammogram(image).properties
