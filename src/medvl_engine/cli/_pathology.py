@@ -14,7 +14,7 @@ __all__ = [
     "add_output_arguments",
     "add_rendering_arguments",
     "encoder_and_store",
-    "print_slide_notes",
+    "print_reader_notes",
     "progress_printer",
     "write_outputs",
 ]
@@ -68,7 +68,7 @@ def encoder_and_store(
             "add --features FILE or leave them out."
         )
     slide = open_slide(slide_path)
-    print_slide_notes(slide)
+    print_reader_notes(slide)
     try:
         # cheap checks first: the features file is opened and checked (milliseconds) before
         # the model loads (seconds), so a bad file is refused at once
@@ -115,13 +115,13 @@ def encoder_and_store(
     return slide, encoder, store
 
 
-def print_slide_notes(slide: Any) -> None:
-    """Say on stderr what the reader chose for the slide in the user's stead (an impossible
-    pixel size read as unknown, a blank image): one ``medvl: note:`` line per warning."""
+def print_reader_notes(image: Any) -> None:
+    """Say on stderr what a reader chose in the user's stead for a slide or mammogram (an
+    impossible pixel size read as unknown, a blank image): one ``medvl: note:`` line each."""
     from medvl_engine._console import printable
 
-    properties = getattr(slide, "properties", None) or {}
-    name = Path(str(getattr(slide, "path", "slide"))).name
+    properties = getattr(image, "properties", None) or {}
+    name = Path(str(getattr(image, "path", "image"))).name
     for key in sorted(properties):
         if key.startswith("medvl.") and key.endswith("_warning") and properties[key]:
             print(

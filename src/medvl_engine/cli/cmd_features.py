@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 def _openable(slide_paths: list[Path], args: argparse.Namespace) -> tuple[list[Path], int]:
     """The slides that open (metadata only, milliseconds each), and how many did not; each
     failure is reported in one line before any model is loaded."""
-    from medvl_engine.cli._pathology import print_slide_notes
+    from medvl_engine.cli._pathology import print_reader_notes
     from medvl_engine.errors import MedVLError
     from medvl_engine.io.slide import open_slide
 
@@ -113,7 +113,7 @@ def _openable(slide_paths: list[Path], args: argparse.Namespace) -> tuple[list[P
     for slide_path in slide_paths:
         try:
             with open_slide(slide_path) as slide:
-                print_slide_notes(slide)
+                print_reader_notes(slide)
         except MedVLError as error:
             report_error("medvl", error, verbose=getattr(args, "verbose", False))
             failures += 1

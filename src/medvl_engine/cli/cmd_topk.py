@@ -69,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     cc = open_mammogram(args.cc, voi_index=args.voi_index)
     mlo = open_mammogram(args.mlo, voi_index=args.voi_index)
+    from medvl_engine.cli._pathology import print_reader_notes
+
+    for mammogram in (cc, mlo):
+        print_reader_notes(mammogram)
     check_pair(cc, mlo)  # before the model loads: a wrong pair is refused at once
     model = load_topksiglip(args.model, device=args.device)
     grid = model.geometry.num_candidates

@@ -203,3 +203,17 @@ def test_an_output_that_is_an_input_view_is_refused_before_the_model_loads(
     np.save(grid, np.zeros(3))
     assert main(["topk", str(grid), str(mlo), "--out", str(tmp_path / "t.csv")]) == 2
     assert "is the input t_importance.npy" in capsys.readouterr().err
+
+
+def test_a_blank_view_is_said_before_the_result(tmp_path, model_dir, capsys):
+    cc, mlo = tmp_path / "c_L_CC.png", tmp_path / "c_L_MLO.png"
+    Image.fromarray(np.full(VIEW_SHAPE, 90, np.uint8)).save(cc)
+    _planted_view(mlo, (100, 230), 1)
+    argv = ["topk", str(cc), str(mlo), "--model", str(model_dir), "--k", "3"]
+    code = main([*argv, "--out", str(tmp_path / "t.csv")])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        "medvl: note: c_L_CC.png: every pixel stores the same value (90), so the image shows "
+        "one grey; check that this is the view meant."
+    )
+    assert code == 0 and len(err) == 1  # the result is still written; only the blank view is named
