@@ -20,7 +20,6 @@ Works with any object offering the ``medvl_engine.io.slide.Slide`` interface: ``
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import ndimage
 
+from medvl_engine._env import positive_int_setting
 from medvl_engine.errors import ConfigError, ResourceLimitError
 
 __all__ = [
@@ -79,12 +79,7 @@ class PatchBudgetError(PatchGridError, ResourceLimitError):
 def max_patches() -> int:
     """Patches one grid may hold: ``$MEDVL_MAX_PATCHES`` if a positive number, else
     :data:`MAX_PATCHES`."""
-    text = os.environ.get(_ENV_MAX_PATCHES, "").strip().replace("_", "")
-    try:
-        value = int(float(text)) if text else MAX_PATCHES
-    except (ValueError, OverflowError):
-        return MAX_PATCHES
-    return value if value > 0 else MAX_PATCHES
+    return positive_int_setting(_ENV_MAX_PATCHES, MAX_PATCHES)
 
 
 def _whole(value: Any, name: str) -> int:

@@ -30,6 +30,7 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
         "_lazy",
         "_privacy",
         "_colormap",
+        "_env",  # MEDVL_MAX_* limits read from the environment
         "_cache_root",
         "_write_errors",  # disk full, read-only, permission denied: one sentence
         "_cache",

@@ -22,10 +22,10 @@ the file, the key, the value and the allowed range.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from medvl_engine._env import positive_int_setting
 from medvl_engine.errors import ModelNotFoundError, ResourceLimitError
 
 __all__ = [
@@ -83,12 +83,7 @@ _MAX_TOKENS = 1 << 16  # patches of one ViT input (518 px / 14 px = 1,369 for Vi
 
 def max_model_parameters() -> int:
     """Parameters a model config may declare (env MEDVL_MAX_MODEL_PARAMETERS overrides)."""
-    text = os.environ.get(_ENV_PARAMETERS, "").strip().replace("_", "")
-    try:
-        value = int(float(text)) if text else MAX_MODEL_PARAMETERS
-    except ValueError:
-        return MAX_MODEL_PARAMETERS
-    return value if value > 0 else MAX_MODEL_PARAMETERS
+    return positive_int_setting(_ENV_PARAMETERS, MAX_MODEL_PARAMETERS)
 
 
 def _sections(values: Mapping[str, Any], path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:

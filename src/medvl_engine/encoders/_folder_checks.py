@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from medvl_engine._env import positive_int_setting
 from medvl_engine.errors import MedVLError, ModelNotFoundError, UnsafeModelError
 
 __all__ = [
@@ -76,8 +77,7 @@ _ENV_MAX_FILES_SCANNED = "MEDVL_MAX_MODEL_FOLDER_ENTRIES"
 def max_files_scanned() -> int:
     """Entries a model folder may hold before its scan refuses it (default 10,000; env
     MEDVL_MAX_MODEL_FOLDER_ENTRIES, a positive whole number)."""
-    text = os.environ.get(_ENV_MAX_FILES_SCANNED, "").strip().replace("_", "")
-    return int(text) if text.isdigit() and int(text) > 0 else _MAX_FILES_SCANNED
+    return positive_int_setting(_ENV_MAX_FILES_SCANNED, _MAX_FILES_SCANNED)
 
 
 T = TypeVar("T")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from medvl_engine._env import positive_int_setting
 from medvl_engine.errors import ResourceLimitError
 
 __all__ = [
@@ -48,30 +49,19 @@ _ENV_TILE = "MEDVL_MAX_TILE_PIXELS"
 _ENV_SLIDE = "MEDVL_MAX_SLIDE_PIXELS"
 
 
-def _setting(variable: str, default: int) -> int:
-    text = os.environ.get(variable, "").strip().replace("_", "")
-    if not text:
-        return default
-    try:
-        value = int(float(text))
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
 def max_decode_pixels() -> int:
     """Pixels one whole-image decode or one region may hold (env MEDVL_MAX_DECODE_PIXELS)."""
-    return _setting(_ENV_DECODE, MAX_DECODE_PIXELS)
+    return positive_int_setting(_ENV_DECODE, MAX_DECODE_PIXELS)
 
 
 def max_tile_pixels() -> int:
     """Pixels one tile or strip may hold once decoded (env MEDVL_MAX_TILE_PIXELS)."""
-    return _setting(_ENV_TILE, MAX_TILE_PIXELS)
+    return positive_int_setting(_ENV_TILE, MAX_TILE_PIXELS)
 
 
 def max_slide_pixels() -> int:
     """Level-0 pixels a slide may declare (env MEDVL_MAX_SLIDE_PIXELS)."""
-    return _setting(_ENV_SLIDE, MAX_SLIDE_PIXELS)
+    return positive_int_setting(_ENV_SLIDE, MAX_SLIDE_PIXELS)
 
 
 def format_pixels(count: int) -> str:
@@ -148,7 +138,7 @@ _ENV_ARRAY = "MEDVL_MAX_ARRAY_BYTES"
 
 def max_array_bytes() -> int:
     """Bytes one array read from a file may take (env MEDVL_MAX_ARRAY_BYTES)."""
-    return _setting(_ENV_ARRAY, MAX_ARRAY_BYTES)
+    return positive_int_setting(_ENV_ARRAY, MAX_ARRAY_BYTES)
 
 
 def format_bytes(count: int) -> str:

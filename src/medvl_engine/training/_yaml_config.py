@@ -10,7 +10,6 @@ torch nor the io package, so ``medvl-train`` refuses a bad file before its libra
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from medvl_engine._env import positive_int_setting
 from medvl_engine.errors import ConfigError
 
 __all__ = [
@@ -98,12 +98,7 @@ def safe_yaml(text: str, what: str) -> Any:
 
 def max_config_bytes() -> int:
     """Largest YAML config read, in bytes (env MEDVL_MAX_CONFIG_BYTES overrides)."""
-    text = os.environ.get("MEDVL_MAX_CONFIG_BYTES", "").strip().replace("_", "")
-    try:
-        value = int(float(text)) if text else MAX_CONFIG_BYTES
-    except ValueError:
-        return MAX_CONFIG_BYTES
-    return value if value > 0 and math.isfinite(value) else MAX_CONFIG_BYTES
+    return positive_int_setting("MEDVL_MAX_CONFIG_BYTES", MAX_CONFIG_BYTES)
 
 
 def _file_type(mode: int) -> str:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from medvl_engine._config_ranges import Range, ranged
+from medvl_engine._env import positive_int_setting
 from medvl_engine.data.mammo_augment import MammoAugmentConfig
 from medvl_engine.data.mammo_dataset import (
     MammoDataset,
@@ -94,12 +95,7 @@ _WEIGHT = Range(low=0, high=1e6, hint="0 turns the term off")
 
 def synthetic_pixel_budget() -> int:
     """Pixels a synthetic cohort may have (env MEDVL_MAX_SYNTHETIC_PIXELS overrides)."""
-    text = os.environ.get(_ENV_SYNTHETIC, "").strip().replace("_", "")
-    try:
-        value = int(float(text)) if text else MAX_SYNTHETIC_PIXELS
-    except (ValueError, OverflowError):
-        return MAX_SYNTHETIC_PIXELS
-    return value if value > 0 else MAX_SYNTHETIC_PIXELS
+    return positive_int_setting(_ENV_SYNTHETIC, MAX_SYNTHETIC_PIXELS)
 
 
 @dataclass
