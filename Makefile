@@ -32,7 +32,7 @@ demo: $(STAMP)
 
 # Rebuild both shipped demo models (synthetic data, not for diagnosis) from their recipes.
 demo-models: $(STAMP)
-	$(PY) -m medvl_engine.training.demo_models all
+	$(PY) -m medvl_engine.tasks.demo_models all
 
 test: $(DEV_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 tools/with_display.sh $(PY) -m pytest -q

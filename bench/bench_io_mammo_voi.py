@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from pydicom.dataset import Dataset
 
-from medvl_engine.io._dicom_mammo import display_pixels
+from medvl_engine.io.mammo._dicom_mammo import display_pixels
 
 REPEATS = 3
 

@@ -23,8 +23,8 @@ def main(cohort_dir: str = "runs/limit-demo/data") -> int:
     from medvl_engine.encoders import load_encoder
     from medvl_engine.evaluation import balanced_accuracy
     from medvl_engine.models.limit import report_guided_pool
-    from medvl_engine.synthetic._reports import DIAGNOSES
-    from medvl_engine.training.synthetic_bags import make_synthetic_bags
+    from medvl_engine.synthetic.reports import DIAGNOSES
+    from medvl_engine.tasks.limit.synthetic_bags import make_synthetic_bags
 
     records = [r for r in read_manifest(make_synthetic_bags(cohort_dir)) if r.split == "test"]
     encoder = load_encoder("medvl-demo")

@@ -98,8 +98,8 @@ def _tiny_bert(folder: Path) -> Path:
 def _limit_task(root: Path, slides: int, patches: int, out_dir: Path):
     import h5py
 
+    from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
     from medvl_engine.training import RunConfig
-    from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
 
     data = root / "limit-data"
     if not (data / "manifest.jsonl").is_file():
@@ -137,8 +137,8 @@ def _limit_task(root: Path, slides: int, patches: int, out_dir: Path):
 
 def _topk_task(root: Path, breasts: int, batch: int, view_size: list[int], out_dir: Path):
     from medvl_engine.data.mammo_dataset import load_breast
+    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
     from medvl_engine.training import RunConfig
-    from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig, build_task
 
     config = TopKSigLIPTaskConfig(
         vision_pretrained=None,

@@ -5,7 +5,7 @@ Slides and mammograms in real formats, pathology vision-language heatmaps
 Importing this package does no I/O, touches no GPU and no network.
 """
 
-from medvl_engine._atomic import atomic_directory, atomic_write, atomic_write_stream
+from medvl_engine.common.atomic import atomic_directory, atomic_write, atomic_write_stream
 from medvl_engine.errors import MedVLError
 
 __version__ = "0.1.0"

@@ -240,7 +240,7 @@ def _write_png(path: Path, pixels: np.ndarray) -> Path:
     import numpy as np
     from PIL import Image
 
-    from medvl_engine._atomic import atomic_write
+    from medvl_engine.common.atomic import atomic_write
 
     image = Image.fromarray(np.ascontiguousarray(pixels))
     return atomic_write(path, lambda temporary: image.save(temporary, format="PNG"))

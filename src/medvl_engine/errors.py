@@ -83,4 +83,4 @@ class UnsafeModelError(ModelNotFoundError):
 
 class StorageError(ExportError):
     """The machine refused a write: the disk is full, the folder or file system is read-only,
-    or permission is denied (see :mod:`medvl_engine._write_errors`)."""
+    or permission is denied (see :mod:`medvl_engine.common.write_errors`)."""

@@ -4,7 +4,7 @@ Scores (v_i: L2-normalised patch features [N, D], t_k: normalised prompt embeddi
     cosine    s_i = v_i . t_target                                   (LIMIT per-patch heatmap)
     softmax   s_i = exp(v_i . t_target / T) / sum_k exp(v_i . t_k / T)   (class probability)
     contrast  s_i = v_i . t_0 - v_i . t_1                            (prompt A minus prompt B)
-The prompts each mode takes and the label of the map: :mod:`medvl_engine.heatmap_prompts`.
+The prompts each mode takes and the label of the map: :mod:`medvl_engine.prompts`.
 The grid has one cell per stride step of the patch grid; with overlapping patches
 (stride < patch size) each cell is the mean score of all patches covering it.
 World frame of the viewer layers: micrometres when the slide has an mpp, else level-0 px;
@@ -23,7 +23,7 @@ import torch
 
 from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.features.store import FeatureStore
-from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS
+from medvl_engine.prompts import MODES, NORMALIZATIONS
 
 __all__ = [
     "class_embeddings",

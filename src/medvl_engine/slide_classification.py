@@ -12,7 +12,7 @@ is alpha, the patches each class's answer rests on, placed on the slide as a Hea
 ``alpha_ki * N`` (1 = the weight every patch would get under uniform attention).
 
 The class presets (``CLASS_PRESETS``, ``preset_prompts``) live in the torch-free
-:mod:`medvl_engine.class_presets` and are re-exported here.
+:mod:`medvl_engine.prompts` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from medvl_engine.class_presets import CLASS_PRESETS, preset_prompts
 from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.prompts import CLASS_PRESETS, preset_prompts
 
 if TYPE_CHECKING:
     from medvl_engine.features import FeatureStore

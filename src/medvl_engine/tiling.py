@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import ndimage
 
-from medvl_engine._env import positive_int_setting
+from medvl_engine.common.env import positive_int_setting
 from medvl_engine.errors import ConfigError, ResourceLimitError
 
 __all__ = [
@@ -117,7 +117,7 @@ def check_grid_budget(grid: Any, batch_size: int, slide: Any = None) -> None:
     or whose batch of ``batch_size`` patches read at once would hold more pixels than the
     decode limit (MEDVL_MAX_DECODE_PIXELS): before any patch is read or queued.
     """
-    from medvl_engine.io._limits import format_pixels, max_decode_pixels
+    from medvl_engine.io.limits import format_pixels, max_decode_pixels
 
     advice = (
         f"set {MIN_PATCH_SIZE} to {MAX_PATCH_SIZE:,} px (--patch-size, or patch_size in the "

@@ -39,7 +39,7 @@ def attention_colormap() -> Any:
     """The shared sequential map (attention weights are never negative) as a napari Colormap."""
     from napari.utils.colormaps import Colormap
 
-    from medvl_engine._colormap import SEQUENTIAL_MAP, colormap_lut
+    from medvl_engine.colormaps import SEQUENTIAL_MAP, colormap_lut
 
     return Colormap(colors=colormap_lut(SEQUENTIAL_MAP), name=f"medvl {SEQUENTIAL_MAP}")
 
@@ -58,7 +58,7 @@ class ClassifyWidget(Container):
     """Zero-shot slide classification with report-guided attention maps."""
 
     def __init__(self, napari_viewer: Any, cache: ClassifyCache | None = None) -> None:
-        from medvl_engine.class_presets import CLASS_PRESETS
+        from medvl_engine.prompts import CLASS_PRESETS
 
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else ClassifyCache()
@@ -121,7 +121,7 @@ class ClassifyWidget(Container):
                 self.slide_choice.value = choices[-1][1]
 
     def _preset_chosen(self, name: str) -> None:
-        from medvl_engine.class_presets import CLASS_PRESETS
+        from medvl_engine.prompts import CLASS_PRESETS
 
         if name in CLASS_PRESETS:
             self.classes.value = "\n".join(CLASS_PRESETS[name])
@@ -202,7 +202,7 @@ class ClassifyWidget(Container):
         outcome = self.last_outcome
         if outcome is None or name is None or name not in outcome.heatmaps:
             return
-        from medvl_engine._colormap import SEQUENTIAL_MAP
+        from medvl_engine.colormaps import SEQUENTIAL_MAP
         from medvl_engine.demo_models import demo_notice_for
 
         heatmap = outcome.heatmaps[name]

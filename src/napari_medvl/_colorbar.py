@@ -1,7 +1,7 @@
 """A colour bar for a heatmap layer: the gradient, its limits, prompt, mode, model and notice.
 
 napari draws no colour bar for image layers, so the heatmap dock shows this one. It paints
-the same look-up table the layer and the exports use (``medvl_engine._colormap``) between
+the same look-up table the layer and the exports use (``medvl_engine.colormaps``) between
 the layer's contrast limits, with 0 marked on a signed (diverging) map.
 """
 
@@ -102,7 +102,7 @@ class ColorBar(QWidget):
 
     def show_layer(self, metadata: dict[str, Any], limits: tuple[float, float]) -> None:
         """Show the bar of a heatmap layer: its metadata (colormap, prompt, ...) and limits."""
-        from medvl_engine._colormap import colormap_lut
+        from medvl_engine.colormaps import colormap_lut
 
         name = str(metadata.get("colormap"))
         if name != self.colormap:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medvl_engine._cache import cache_dir
+from medvl_engine.common.cache import cache_dir
 from napari_medvl._partial_features import PartialFeatures, patches_in_view
 from napari_medvl._preload import load_in_background, wait_for_load
 from napari_medvl._progress import Progress, run_with_progress
@@ -208,7 +208,7 @@ def heatmap_job(
 
 def _score(request: HeatmapRequest, store: Any, text: Any, known: Any = None) -> Any:
     from medvl_engine.heatmap import similarity_map
-    from medvl_engine.heatmap_prompts import prompt_label
+    from medvl_engine.prompts import prompt_label
 
     return similarity_map(
         store,

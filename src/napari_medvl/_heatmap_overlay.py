@@ -60,7 +60,7 @@ def _slide_of(key: str) -> str:
 def pending_image_layer(key: str, frame: Any, mode: str, style: dict[str, Any]) -> LayerData:
     """An empty heatmap layer for overlay ``key``: one transparent (NaN) cell of one level-0
     px at the slide's origin, drawn with the colour map a result of ``mode`` would get."""
-    from medvl_engine._colormap import resolve_colormap
+    from medvl_engine.colormaps import resolve_colormap
     from napari_medvl._layers import WorldFrame, _units
     from napari_medvl._overlay_style import napari_colormap
 

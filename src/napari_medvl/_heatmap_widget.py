@@ -106,8 +106,8 @@ class HeatmapWidget(Container):
     ) -> None:
         """``preload``: load the model in the background now, so the first Run starts at the
         slide (a first overlay within seconds) instead of at loading the model."""
-        from medvl_engine._colormap import COLORMAP_CHOICES
-        from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS
+        from medvl_engine.colormaps import COLORMAP_CHOICES
+        from medvl_engine.prompts import MODES, NORMALIZATIONS
 
         self._viewer = napari_viewer
         self.cache = cache if cache is not None else FeatureCache()
@@ -324,7 +324,7 @@ class HeatmapWidget(Container):
     def request(self) -> HeatmapRequest | None:
         """The request the current inputs describe, or None (with a notification) if incomplete."""
         from medvl_engine.errors import ConfigError
-        from medvl_engine.heatmap_prompts import check_prompts
+        from medvl_engine.prompts import check_prompts
 
         layer = self.slide_choice.value
         prompts = parse_prompts(self.prompts.value)

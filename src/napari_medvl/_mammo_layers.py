@@ -1,6 +1,6 @@
 """TopK layers a reader can read on any map: rank labels on dark plates, boxes with a dark rim.
 
-The importance map takes the shared sequential colour map (:mod:`medvl_engine._colormap`).
+The importance map takes the shared sequential colour map (:mod:`medvl_engine.colormaps`).
 
 Builds on :func:`napari_medvl._layers.topk_layers` (importance maps and ranked boxes in each
 view's world frame) and adds, per view, a ``labels`` shapes layer: one filled dark plate in a
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from medvl_engine._colormap import SEQUENTIAL_MAP
+from medvl_engine.colormaps import SEQUENTIAL_MAP
 from napari_medvl._event_turns import GLYPH_RANKS, GLYPHS_SCORE
 from napari_medvl._layers import (
     TOP_PATCH_OPACITY,
@@ -54,7 +54,7 @@ def shared_colormap(name: str) -> Any:
     """napari Colormap of the engine's look-up table ``name`` (the map exports use)."""
     from napari.utils.colormaps import Colormap
 
-    from medvl_engine._colormap import colormap_lut
+    from medvl_engine.colormaps import colormap_lut
 
     return Colormap(colors=colormap_lut(name), name=f"medvl {name}")
 

@@ -1,6 +1,6 @@
 """A model chooser: registry names and model folders on disk, plus "browse..." for any folder.
 
-The list comes from :func:`medvl_engine._model_catalog.list_models` (a handful of small
+The list comes from :func:`medvl_engine.model_folders.list_models` (a handful of small
 config reads). Choosing "browse..." opens a folder dialog; a chosen folder joins the list
 and becomes the value. ``value`` is what the engine's loaders take: a name or a folder path.
 """
@@ -41,7 +41,7 @@ class ModelPicker(Container):
 
     def refresh(self, _value: Any = None) -> None:
         """Re-read the registry and the model folders on disk, keeping the current value."""
-        from medvl_engine._model_catalog import list_models
+        from medvl_engine.model_folders import list_models
 
         current = self.combo.value if self.combo.value not in (None, BROWSE) else self._previous
         try:

@@ -1,6 +1,6 @@
 """How a score grid is drawn: colour map, limits and hidden cells (numpy + napari colormaps).
 
-No Qt here. The colours come from ``medvl_engine._colormap`` (the exports use the same
+No Qt here. The colours come from ``medvl_engine.colormaps`` (the exports use the same
 look-up tables), so what the viewer shows is what a PNG or TIFF export shows. A signed map
 (contrast "A minus B" without normalisation, or any map whose range crosses 0) is drawn with
 the diverging map over limits symmetric about 0, so white always means 0 and a map that is
@@ -56,7 +56,7 @@ def overlay_view(
     Signed (``is_signed``): contrast or a range crossing 0, for raw scores only (a normalised
     map lies in [0, 1]). Signed limits are (-m, m), m = max(|min|, |max|); otherwise the range.
     """
-    from medvl_engine._colormap import display_limits, is_signed, resolve_colormap
+    from medvl_engine.colormaps import display_limits, is_signed, resolve_colormap
 
     values = np.asarray(grid, dtype=np.float32)
     low, high = float(value_range[0]), float(value_range[1])
@@ -81,7 +81,7 @@ def napari_colormap(name: str) -> Any:
     ``medvl <name>``; NaN cells stay transparent as for any napari colormap."""
     from napari.utils.colormaps import Colormap
 
-    from medvl_engine._colormap import colormap_lut
+    from medvl_engine.colormaps import colormap_lut
 
     lut = colormap_lut(name, _LUT_SIZE)
     return Colormap(colors=lut, name=f"medvl {name}", interpolation="linear")

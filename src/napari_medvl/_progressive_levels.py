@@ -157,7 +157,7 @@ class BlockStore:
         return row * rows, min((row + 1) * rows, height), col * cols, min((col + 1) * cols, width)
 
     def _work(self) -> None:
-        from medvl_engine.io._levels import serial_decoding
+        from medvl_engine.io.slide.pixel_sources import serial_decoding
 
         _lower_thread_priority()
         with serial_decoding():

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from medvl_engine import atomic_directory
-from medvl_engine._cache import cache_dir
+from medvl_engine.common.cache import cache_dir
 from napari_medvl._layers import LayerData, mammogram_layers, slide_layer
 
 __all__ = [

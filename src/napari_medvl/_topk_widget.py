@@ -214,8 +214,8 @@ class TopKWidget(Container):
 
     def _model_changed(self, _value: Any = None) -> None:
         """K's maximum follows the model's candidate patches; the status line shows its notice."""
-        from medvl_engine._model_catalog import topk_candidates
         from medvl_engine.demo_models import demo_notice_for
+        from medvl_engine.model_folders import topk_candidates
 
         candidates = topk_candidates(self.model.value)
         self.set_k_limit(candidates or _K_LIMIT_UNKNOWN)

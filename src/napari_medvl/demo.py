@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 with one sentence on a MedVLError)."""
-    from medvl_engine._console import command_session
+    from medvl_engine.common.console import command_session
 
     args = _parser().parse_args(argv)
     try:

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from medvl_engine import atomic_directory, atomic_write
-from medvl_engine._atomic import atomic_group, sweep_stale_temporaries
 from medvl_engine.cli.main import main
+from medvl_engine.common.atomic import atomic_group, sweep_stale_temporaries
 from medvl_engine.errors import ExportError
 from medvl_engine.heatmap import Heatmap
 
@@ -53,8 +53,8 @@ def _start(script: str, *args: str) -> subprocess.Popen:
 _SLOW_ATOMIC_WRITE = """
     import sys, time
     from pathlib import Path
-    from medvl_engine._atomic import atomic_write_stream
-    from medvl_engine._termination import stop_signals_raise
+    from medvl_engine.common.atomic import atomic_write_stream
+    from medvl_engine.common.termination import stop_signals_raise
 
     def slow(handle):
         for _ in range(600):  # a 60 s write of 600 chunks, like a big checkpoint on a slow disk

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from medvl_engine._cache import cache_dir
+from medvl_engine.common.cache import cache_dir
 
 
 def test_cache_dir_is_medvl_cache_joined_with_parts_and_created_only_on_request(

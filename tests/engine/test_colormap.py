@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from medvl_engine._colormap import (
+from medvl_engine.colormaps import (
     DIVERGING_MAP,
     SEQUENTIAL_MAP,
     apply_colormap,

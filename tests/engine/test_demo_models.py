@@ -17,8 +17,8 @@ from medvl_engine.demo_models import (
     demo_notice_for,
     shipped_model_dir,
 )
-from medvl_engine.training.demo_models import main as rebuild_main
-from medvl_engine.training.demo_models import rebuild_function
+from medvl_engine.tasks.demo_models import main as rebuild_main
+from medvl_engine.tasks.demo_models import rebuild_function
 
 
 def _folder(tmp_path: Path, name: str, config: object) -> Path:
@@ -91,7 +91,7 @@ def test_shipped_folders_that_exist_are_flagged_demo() -> None:
 
 
 def test_rebuild_dispatch_names_a_missing_recipe(monkeypatch, capsys) -> None:
-    from medvl_engine.training import demo_models as entry
+    from medvl_engine.tasks import demo_models as entry
 
     monkeypatch.setitem(entry._REBUILDERS, "medvl-demo", "medvl_engine.no_such_module")
     assert rebuild_main(["medvl-demo"]) == 2
@@ -103,7 +103,7 @@ def test_rebuild_dispatch_names_a_missing_recipe(monkeypatch, capsys) -> None:
 def test_rebuild_dispatch_calls_each_recipe_with_progress(monkeypatch, capsys, tmp_path) -> None:
     import types
 
-    from medvl_engine.training import demo_models as entry
+    from medvl_engine.tasks import demo_models as entry
 
     calls = []
 
@@ -132,7 +132,7 @@ def test_rebuild_dispatch_calls_each_recipe_with_progress(monkeypatch, capsys, t
 
 def test_module_entry_point_rejects_an_unknown_name() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "medvl_engine.training.demo_models", "nope"],
+        [sys.executable, "-m", "medvl_engine.tasks.demo_models", "nope"],
         capture_output=True,
         text=True,
         timeout=120,

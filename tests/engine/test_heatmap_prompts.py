@@ -1,4 +1,4 @@
-"""The prompts each heatmap mode takes and the label of its map (medvl_engine.heatmap_prompts)."""
+"""The prompts each heatmap mode takes and the label of its map (medvl_engine.prompts)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 
 from medvl_engine.errors import ConfigError
-from medvl_engine.heatmap_prompts import check_prompts, prompt_label
+from medvl_engine.prompts import check_prompts, prompt_label
 
 
 @pytest.mark.parametrize(

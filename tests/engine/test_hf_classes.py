@@ -84,7 +84,7 @@ def test_the_engine_imports_transformers_classes_from_one_module():
             continue
         lines = _runtime_transformers_imports(ast.parse(path.read_text(encoding="utf-8")))
         offenders += [f"{path.relative_to(ENGINE)}:{line}" for line in lines]
-    assert offenders == [], f"import these from medvl_engine._hf_classes: {offenders}"
+    assert offenders == [], f"import these from medvl_engine.common.hf_classes: {offenders}"
 
 
 def test_only_the_classes_asked_for_are_imported():
@@ -92,9 +92,9 @@ def test_only_the_classes_asked_for_are_imported():
     ConvNeXt family's modelling code and not BERT's or CLIP's (each costs tenths of a second)."""
     script = (
         "import sys\n"
-        "import medvl_engine._hf_classes\n"
+        "import medvl_engine.common.hf_classes\n"
         "print('transformers' in sys.modules)\n"
-        "from medvl_engine._hf_classes import ConvNextModel\n"
+        "from medvl_engine.common.hf_classes import ConvNextModel\n"
         "print(ConvNextModel.__name__)\n"
         "names = [m.split('.') for m in sys.modules]\n"
         "print(sorted(n[2] for n in names if len(n) == 4 and n[:2] == ['transformers', 'models']\n"

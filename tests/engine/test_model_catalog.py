@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from medvl_engine._model_catalog import list_models, topk_candidates
+from medvl_engine.model_folders import list_models, topk_candidates
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from medvl_engine.encoders import load_encoder
-from medvl_engine.encoders._config_budget import check_config_sizes, estimate_parameters
-from medvl_engine.encoders._folder_checks import refuse_code
+from medvl_engine.encoders.config_budget import check_config_sizes, estimate_parameters
+from medvl_engine.encoders.folder_checks import refuse_code
 from medvl_engine.errors import (
     MedVLError,
     ModelNotFoundError,
@@ -259,7 +259,7 @@ def test_a_folder_over_the_scan_cap_is_refused_not_passed(tmp_path, clip_folder)
 
 
 def test_shipped_model_folders_pass_every_check():
-    from medvl_engine.encoders._folder_checks import check_model_folder, load_weights
+    from medvl_engine.encoders.folder_checks import check_model_folder, load_weights
 
     for name in ("medvl-demo", "topksiglip-demo"):
         check_model_folder(DEMO_MODELS / name)

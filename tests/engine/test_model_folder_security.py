@@ -267,8 +267,8 @@ def test_pristine_folders_still_load(models):
 
 def _resolve(spec: str):
     """The filter as ``medvl-train --allow-code`` resolves it (files need that consent)."""
-    from medvl_engine.data._report_filter_loader import allow_code
-    from medvl_engine.training.limit_task import _report_filter
+    from medvl_engine.data.report_filter_loader import allow_code
+    from medvl_engine.tasks.limit.task import _report_filter
 
     with allow_code():
         return _report_filter(spec)
@@ -390,7 +390,7 @@ def test_conch_v1_checkpoint_that_would_run_code_is_refused(
 
 
 def test_damaged_demo_model_says_to_rebuild_it(models, tmp_path, monkeypatch):
-    from medvl_engine.encoders import _demo
+    from medvl_engine.encoders import demo as _demo
 
     folder = tmp_path / "shipped" / "medvl-demo"
     monkeypatch.setattr(_demo, "demo_model_dir", lambda: folder)

@@ -1,4 +1,4 @@
-"""The sentences for writes the machine refuses (medvl_engine._write_errors)."""
+"""The sentences for writes the machine refuses (medvl_engine.common.write_errors)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from medvl_engine._atomic import atomic_directory
-from medvl_engine._write_errors import (
+from medvl_engine.common.atomic import atomic_directory
+from medvl_engine.common.write_errors import (
     make_output_folder,
     os_error_in,
     reporting_write_errors,

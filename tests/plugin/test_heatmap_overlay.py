@@ -10,7 +10,7 @@ import pytest
 from napari.utils.key_bindings import coerce_keybinding
 from napari.utils.notifications import notification_manager
 
-from medvl_engine._colormap import DIVERGING_MAP, SEQUENTIAL_MAP, colormap_lut
+from medvl_engine.colormaps import DIVERGING_MAP, SEQUENTIAL_MAP, colormap_lut
 from medvl_engine.demo_models import DEMO_NOTICE
 from napari_medvl._heatmap_job import FeatureCache, HeatmapUpdate
 from napari_medvl._heatmap_widget import TOGGLE_KEY, HeatmapWidget

@@ -253,7 +253,7 @@ def test_importance_cells_sit_where_the_engine_bounds_map_them(tmp_path_factory,
 
 
 def test_overlay_view_signed_maps_are_diverging_and_symmetric_about_zero():
-    from medvl_engine._colormap import DIVERGING_MAP, SEQUENTIAL_MAP
+    from medvl_engine.colormaps import DIVERGING_MAP, SEQUENTIAL_MAP
     from napari_medvl._overlay_style import OverlayStyle, overlay_view
 
     grid = np.array([[-0.227, -0.1], [-0.005, np.nan]], dtype=np.float32)

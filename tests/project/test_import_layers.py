@@ -23,22 +23,9 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
     1: (
         "medvl_engine",  # the package face: __version__, MedVLError, atomic writes
         "errors",
-        "_atomic",
-        "_termination",
-        "_reason",
-        "_fingerprint",
-        "_lazy",
-        "_privacy",
-        "_colormap",
-        "_env",  # MEDVL_MAX_* limits read from the environment
-        "_cache_root",
-        "_write_errors",  # disk full, read-only, permission denied: one sentence
-        "_cache",
-        "_console",  # how the commands (medvl, medvl-train, napari-medvl-demo) use the terminal
+        "common",  # atomic writes, cache, console, MEDVL_MAX_* limits, write errors, fingerprints
+        "colormaps",
         "demo_models",
-        "_model_label",
-        "_hf_classes",  # the transformers classes, resolved by one thread at a time
-        "_config_ranges",  # allowed ranges of config values (recipes and model folders)
     ),
     2: ("io", "tiling", "guarded_files"),  # guarded_files: .h5/.pt/.npz/zarr readers' checks
     3: ("data",),
@@ -46,13 +33,15 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
     5: ("encoders", "losses"),
     6: ("models",),
     7: ("evaluation", "features"),
-    8: ("heatmap", "heatmap_prompts", "class_presets"),
-    9: ("slide_classification", "export", "_model_catalog"),
-    10: ("training",),
-    11: ("demo",),
-    12: ("cli",),
+    8: ("heatmap", "prompts"),
+    9: ("slide_classification", "export", "model_folders"),
+    10: (),  # one engine call per user action: pathology, mammography
+    11: ("training",),
+    12: ("tasks",),  # each paper's task, evaluation, recipe and pretraining
+    13: ("demo",),
+    14: ("cli",),
 }
-PLUGIN_LAYER = 13
+PLUGIN_LAYER = 15
 VIEWER_PACKAGES = ("napari", "qtpy", "magicgui", "PyQt5", "PyQt6", "PySide2", "PySide6")
 
 
@@ -137,7 +126,8 @@ def imported_names(module: str, path: Path, type_checking: bool = False) -> set[
 
 def _lazy_homes(tree: ast.AST) -> set[str]:
     """Submodules a package face imports by name on first use: the string values of the dict
-    passed to ``lazy_exports(__name__, {public name: submodule})`` (:mod:`medvl_engine._lazy`)."""
+    passed to ``lazy_exports(__name__, {public name: submodule})``
+    (:mod:`medvl_engine.common.lazy`)."""
     homes: set[str] = set()
     for node in ast.walk(tree):
         if (
@@ -386,7 +376,7 @@ def test_layer_check_flags_only_imports_of_a_higher_layer():
         "napari_medvl._widget": {"medvl_engine.cli.main"},
     }
     assert layer_violations(graph) == [
-        "medvl_engine.cli.main (layer 12) imports napari_medvl._widget (layer 13)",
+        "medvl_engine.cli.main (layer 14) imports napari_medvl._widget (layer 15)",
         "medvl_engine.data.mammo_dataset (layer 3) imports medvl_engine.models.topk (layer 6)",
     ]
     with pytest.raises(KeyError, match="no layer"):

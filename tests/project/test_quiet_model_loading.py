@@ -61,7 +61,7 @@ def test_verbose_lets_the_load_report_through(tmp_path):
 def test_session_quiet_when_transformers_was_imported_before_it(run_python_with_library_output):
     code = (
         "import transformers\n"
-        "from medvl_engine._console import command_session\n"
+        "from medvl_engine.common.console import command_session\n"
         "from medvl_engine.models._bert_text import build_bert_model\n"
         "with command_session():\n"
         "    build_bert_model('all-MiniLM-L6-v2', {})\n"

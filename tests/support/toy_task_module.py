@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from medvl_engine.training._seeds import mean_std_over_seeds, selected_model_dirs
+from medvl_engine.training.seeds import mean_std_over_seeds, selected_model_dirs
 from tests.support.toy_task import ToyConfig, ToyModel, ToyTask
 
 CONFIG_CLASS = ToyConfig

@@ -118,7 +118,7 @@ def encoder_and_store(
 def print_reader_notes(image: Any) -> None:
     """Say on stderr what a reader chose in the user's stead for a slide or mammogram (an
     impossible pixel size read as unknown, a blank image): one ``medvl: note:`` line each."""
-    from medvl_engine._console import printable
+    from medvl_engine.common.console import printable
 
     properties = getattr(image, "properties", None) or {}
     name = Path(str(getattr(image, "path", "image"))).name
@@ -195,7 +195,7 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
     ``layout`` is the feature store or saved patch layout the heatmap's patches come from
     (coords (x, y), level-0 px); ``slide`` is the open slide or None (no PNG/JPEG backdrop).
     """
-    from medvl_engine._atomic import atomic_group
+    from medvl_engine.common.atomic import atomic_group
     from medvl_engine.export import export_heatmap
     from medvl_engine.heatmap import top_patches
 
@@ -230,7 +230,7 @@ def print_model_notice(args: argparse.Namespace, model: Any = None) -> None:
     only the written paths or the table)."""
     import sys
 
-    from medvl_engine._model_label import model_display_name
+    from medvl_engine.common.model_label import model_display_name
     from medvl_engine.demo_models import demo_notice_for
 
     model = model or getattr(args, "model", None)

@@ -17,7 +17,7 @@ __all__ = ["HELP", "add_arguments", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine._atomic import atomic_group
+    from medvl_engine.common.atomic import atomic_group
     from medvl_engine.demo import build_scene, report, say, write_scene
 
     scene = build_scene(

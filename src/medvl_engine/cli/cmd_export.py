@@ -1,7 +1,7 @@
 """`medvl export HEATMAP.npz --out FILE...`: re-export a saved heatmap, no model needed.
 
 All ``--out`` files are renamed into place together once every one is written (see
-:func:`medvl_engine._atomic.atomic_group`).
+:func:`medvl_engine.common.atomic.atomic_group`).
 """
 
 from __future__ import annotations

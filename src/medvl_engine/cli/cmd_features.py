@@ -14,7 +14,7 @@ import argparse
 import os
 from pathlib import Path
 
-from medvl_engine._console import end_progress_line, printable, report_error
+from medvl_engine.common.console import end_progress_line, printable, report_error
 
 HELP = "extract patch features of slides into zarr stores (resumable, shardable)"
 
@@ -59,7 +59,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine._write_errors import make_output_folder
+    from medvl_engine.common.write_errors import make_output_folder
     from medvl_engine.errors import ConfigError, MedVLError
     from medvl_engine.export.input_guard import check_output_folder_spares_inputs
 
@@ -123,7 +123,7 @@ def _openable(slide_paths: list[Path], args: argparse.Namespace) -> tuple[list[P
 
 
 def _import_h5(args: argparse.Namespace) -> int:
-    from medvl_engine._fingerprint import file_fingerprint, short_fingerprint
+    from medvl_engine.common.fingerprint import file_fingerprint, short_fingerprint
     from medvl_engine.errors import DataError
     from medvl_engine.features import import_h5_features
     from medvl_engine.guarded_files import require_data_file

@@ -12,7 +12,7 @@ from medvl_engine.cli._pathology import (
     encoder_and_store,
     write_outputs,
 )
-from medvl_engine.heatmap_prompts import MODES, NORMALIZATIONS, check_prompts, prompt_label
+from medvl_engine.prompts import MODES, NORMALIZATIONS, check_prompts, prompt_label
 
 HELP = "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV)"
 

@@ -1,6 +1,6 @@
 """`medvl info PATH...`: what the engine knows of each slide or mammogram.
 
-By default only technical properties are shown (see :mod:`medvl_engine._privacy`): no scan
+By default only technical properties are shown (see :mod:`medvl_engine.common.privacy`): no scan
 dates or times, scanner, image or study identifiers, DICOM instance UIDs, patient or
 institution fields. ``--identifying`` shows every property and the patient fields.
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from medvl_engine._console import printable
+from medvl_engine.common.console import printable
 
 HELP = "describe slides and mammograms (levels, mpp, laterality, view, VOI, ...)"
 
@@ -46,7 +46,7 @@ def _properties(
     identifying: bool,
 ) -> dict[str, Any]:
     """Add the shown properties (and with ``identifying`` the patient fields) to ``info``."""
-    from medvl_engine._privacy import split_identifying
+    from medvl_engine.common.privacy import split_identifying
 
     if identifying:
         info["properties"] = _plain(properties)
@@ -145,7 +145,7 @@ def _format_text(info: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine._console import report_error
+    from medvl_engine.common.console import report_error
     from medvl_engine.errors import MedVLError
     from medvl_engine.io.kind import detect_kind
 

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     written = [file for path in outputs for file in dependent_outputs(path)]
     check_outputs_spare_inputs(written, [args.cc, args.mlo])
 
-    from medvl_engine._atomic import atomic_group
+    from medvl_engine.common.atomic import atomic_group
     from medvl_engine.export import write_topk_outputs
     from medvl_engine.io.mammo import breast_image, check_pair, open_mammogram
     from medvl_engine.models.topksiglip_folder import load_topksiglip

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from medvl_engine._console import command_session, run_reported
-from medvl_engine._termination import stop_signals_raise
+from medvl_engine.common.console import command_session, run_reported
+from medvl_engine.common.termination import stop_signals_raise
 
 __all__ = ["build_parser", "main"]
 

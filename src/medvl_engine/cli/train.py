@@ -8,7 +8,7 @@
 A task module may define ``ACTIONS: dict[str, Callable[[RunConfig, TaskConfig], int]]``;
 an action prints its own report and returns the exit status (e.g. ``eval``, which scores
 saved models on the test split). With ``run.seeds=[s1, s2, ...]``, ``train`` runs once per
-seed into ``<run.out_dir>/seed-<s>`` (see :mod:`medvl_engine.training._seeds`).
+seed into ``<run.out_dir>/seed-<s>`` (see :mod:`medvl_engine.training.seeds`).
 
 Tasks are looked up by name in :mod:`medvl_engine.training.registry` and imported
 only when chosen. Errors a user can fix print one sentence and exit with status 2: the
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from medvl_engine._console import command_session, run_reported
-from medvl_engine._termination import stop_signals_raise
+from medvl_engine.common.console import command_session, run_reported
+from medvl_engine.common.termination import stop_signals_raise
 from medvl_engine.errors import ConfigError
 
 __all__ = ["build_parser", "main", "split_action", "task_actions"]
@@ -116,8 +116,8 @@ def _train_action(module: ModuleType) -> Callable[..., int]:
     def train_runs(run_config: Any, task_config: Any) -> int:
         """Train once, or once per seed of ``run.seeds`` (one process group for all)."""
         from medvl_engine.training import train
-        from medvl_engine.training._seeds import seed_runs
         from medvl_engine.training.distributed import init_distributed, shutdown_distributed
+        from medvl_engine.training.seeds import seed_runs
 
         runs = seed_runs(run_config, task_config)
         info = init_distributed(run_config.device, run_config.dist_timeout_minutes)
@@ -155,7 +155,7 @@ def _run_action(args: argparse.Namespace) -> int:
     from medvl_engine.training.config import read_yaml_config
 
     read_yaml_config(args.config)  # the file itself first: before torch and the task load
-    from medvl_engine.data._report_filter_loader import allow_code
+    from medvl_engine.data.report_filter_loader import allow_code
 
     with allow_code(bool(getattr(args, "allow_code", False))):
         return _run_task_action(args)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from medvl_engine._atomic import atomic_write_stream
+from medvl_engine.common.atomic import atomic_write_stream
 from medvl_engine.data.mammo_manifest import MANIFEST_COLUMNS
 from medvl_engine.errors import DataError
 

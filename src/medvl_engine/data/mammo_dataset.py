@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from medvl_engine._atomic import atomic_write_stream
+from medvl_engine.common.atomic import atomic_write_stream
 from medvl_engine.data.mammo_augment import MammoAugmentConfig, augment_breast
 from medvl_engine.data.mammo_manifest import MammoRecord
 from medvl_engine.data.mammo_reports import tabular_attributes

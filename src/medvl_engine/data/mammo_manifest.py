@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from medvl_engine._atomic import atomic_write_stream
+from medvl_engine.common.atomic import atomic_write_stream
 from medvl_engine.data.mammo_reports import (
     BIRADS_SENTENCES,
     CANCER_SENTENCES,

@@ -3,7 +3,7 @@
 Each shipped model is a sub-folder of this package (``medvl-demo/`` for pathology,
 ``topksiglip-demo/`` for mammography) holding ``config.json`` (with ``"synthetic_demo": true``),
 ``model.safetensors``, ``MODEL_CARD.md`` and its tokenizer files or a tokenizer reference.
-``python -m medvl_engine.training.demo_models {medvl-demo|topksiglip-demo|all}``
+``python -m medvl_engine.tasks.demo_models {medvl-demo|topksiglip-demo|all}``
 (``make demo-models``)
 rebuilds them. Nothing here reads the disk at import time.
 """

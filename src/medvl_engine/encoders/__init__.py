@@ -15,24 +15,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from medvl_engine.encoders._base import PatchTextEncoder
-    from medvl_engine.encoders._conch import TextTowerUnavailableError
     from medvl_engine.encoders._paired import PAIRED_MODEL_TYPE, save_text_tower_folder
     from medvl_engine.encoders._preprocess import ImagePreprocess
     from medvl_engine.encoders._registry import load_encoder, register_model_type
-    from medvl_engine.encoders._text_tower import TextTower, load_text_tower
+    from medvl_engine.encoders.base import PatchTextEncoder
+    from medvl_engine.encoders.conch import TextTowerUnavailableError
     from medvl_engine.encoders.resolve import RegistryEntry, available_encoders
+    from medvl_engine.encoders.text_tower import TextTower, load_text_tower
 
 _MODULE_OF = {
     "PAIRED_MODEL_TYPE": "_paired",
     "ImagePreprocess": "_preprocess",
-    "PatchTextEncoder": "_base",
+    "PatchTextEncoder": "base",
     "RegistryEntry": "resolve",
-    "TextTower": "_text_tower",
-    "TextTowerUnavailableError": "_conch",
+    "TextTower": "text_tower",
+    "TextTowerUnavailableError": "conch",
     "available_encoders": "resolve",
     "load_encoder": "_registry",
-    "load_text_tower": "_text_tower",
+    "load_text_tower": "text_tower",
     "register_model_type": "_registry",
     "save_text_tower_folder": "_paired",
 }

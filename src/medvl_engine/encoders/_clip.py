@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from medvl_engine.encoders._base import PatchTextEncoder
-from medvl_engine.encoders._folder_checks import (
+from medvl_engine.encoders._preprocess import ImagePreprocess
+from medvl_engine.encoders.base import PatchTextEncoder
+from medvl_engine.encoders.folder_checks import (
     WEIGHTS_NAME,
     check_model_folder,
     check_safetensors,
@@ -16,8 +17,7 @@ from medvl_engine.encoders._folder_checks import (
     load_tokenizer,
     read_json_object,
 )
-from medvl_engine.encoders._preprocess import ImagePreprocess
-from medvl_engine.encoders._text_tower import TextTower
+from medvl_engine.encoders.text_tower import TextTower
 
 if TYPE_CHECKING:
     from transformers import CLIPModel, CLIPTextConfig, PreTrainedTokenizerBase
@@ -67,7 +67,7 @@ def _clip_text_tower(
     pooled = EOS-token state of the text transformer, then ``text_projection``; a LIMIT run
     can tune it and save it as a "medvl-text-tower" folder paired with this CLIP's vision side.
     """
-    from medvl_engine._hf_classes import CLIPTextModel
+    from medvl_engine.common.hf_classes import CLIPTextModel
 
     config = _text_config(model)
     if isinstance(model.text_model, CLIPTextModel):  # transformers >= 5
@@ -84,7 +84,7 @@ def _clip_text_tower(
 
 def _text_config(model: CLIPModel) -> CLIPTextConfig:
     """The text half of a loaded CLIP config (transformers has built it from the dict)."""
-    from medvl_engine._hf_classes import CLIPTextConfig
+    from medvl_engine.common.hf_classes import CLIPTextConfig
 
     config = model.config.text_config
     if not isinstance(config, CLIPTextConfig):
@@ -94,7 +94,7 @@ def _text_config(model: CLIPModel) -> CLIPTextConfig:
 
 def _image_size(model: CLIPModel) -> int:
     """Side in pixels of the images the vision half of a loaded CLIP model takes."""
-    from medvl_engine._hf_classes import CLIPVisionConfig
+    from medvl_engine.common.hf_classes import CLIPVisionConfig
 
     config = model.config.vision_config
     if not isinstance(config, CLIPVisionConfig):
@@ -120,7 +120,7 @@ def load_clip_folder(
     The architecture is transformers' ``CLIPModel``; the folder may hold no code and no pickled
     weights (see :mod:`._folder_checks`).
     """
-    from medvl_engine._hf_classes import AutoTokenizer, CLIPModel
+    from medvl_engine.common.hf_classes import AutoTokenizer, CLIPModel
 
     check_model_folder(folder, needs_tokenizer=True)
     check_safetensors(folder / WEIGHTS_NAME)

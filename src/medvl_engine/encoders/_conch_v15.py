@@ -271,7 +271,7 @@ def save_conch_v15_folder(vision: ConchV15Vision, folder: str | Path) -> Path:
     """Save ``vision`` as a medvl "conch-v1.5" folder (config.json + model.safetensors)."""
     from safetensors.torch import save_file
 
-    from medvl_engine._atomic import atomic_directory
+    from medvl_engine.common.atomic import atomic_directory
 
     config = {
         "model_type": CONCH_V15_MODEL_TYPE,

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from medvl_engine._atomic import atomic_directory
-from medvl_engine.encoders._base import PatchTextEncoder
-from medvl_engine.encoders._text_tower import TextTower, load_text_tower, text_tower_config
+from medvl_engine.common.atomic import atomic_directory
+from medvl_engine.encoders.base import PatchTextEncoder
+from medvl_engine.encoders.text_tower import TextTower, load_text_tower, text_tower_config
 from medvl_engine.errors import ConfigError
 
 __all__ = ["PAIRED_MODEL_TYPE", "PairedEncoder", "load_paired_folder", "save_text_tower_folder"]
@@ -82,7 +82,7 @@ def load_paired_folder(
     load_vision: Callable[[str, str | torch.device], PatchTextEncoder],
 ) -> PairedEncoder:
     """Load a "medvl-text-tower" folder and the vision encoder its config names."""
-    from medvl_engine.encoders._folder_checks import check_model_folder, load_weights
+    from medvl_engine.encoders.folder_checks import check_model_folder, load_weights
 
     config = check_model_folder(folder, needs_tokenizer=True)
     vision_name = config.get("vision_encoder")

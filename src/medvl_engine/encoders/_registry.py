@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from medvl_engine.encoders._base import PatchTextEncoder
-from medvl_engine.encoders._folder_checks import read_config, refuse_code
+from medvl_engine.encoders.base import PatchTextEncoder
+from medvl_engine.encoders.folder_checks import read_config, refuse_code
 from medvl_engine.encoders.resolve import resolve_encoder
 from medvl_engine.errors import ModelNotFoundError, UnsupportedFormatError
 
@@ -45,7 +45,7 @@ def load_encoder(
     device = torch.device(device)
     resolved = resolve_encoder(name_or_path, model_type)
     if resolved.shipped:
-        from medvl_engine.encoders._demo import load_shipped_demo
+        from medvl_engine.encoders.demo import load_shipped_demo
 
         return load_shipped_demo(resolved.name, device)
     if resolved.kind is None and resolved.path.is_file():
@@ -93,7 +93,7 @@ def _load_clip(
 def _load_demo(
     folder: Path, config: dict[str, Any], name: str, device: torch.device
 ) -> PatchTextEncoder:
-    from medvl_engine.encoders._demo import load_demo_folder
+    from medvl_engine.encoders.demo import load_demo_folder
 
     return load_demo_folder(folder, config, name=name, device=device)
 
@@ -111,7 +111,7 @@ def _load_paired(
 def _load_conch_v1(
     folder: Path, config: dict[str, Any], name: str, device: torch.device
 ) -> PatchTextEncoder:
-    from medvl_engine.encoders._conch import load_conch_v1
+    from medvl_engine.encoders.conch import load_conch_v1
 
     return load_conch_v1(folder, name=name, device=device)
 
@@ -119,7 +119,7 @@ def _load_conch_v1(
 def _load_conch_v15(
     folder: Path, config: dict[str, Any], name: str, device: torch.device
 ) -> PatchTextEncoder:
-    from medvl_engine.encoders._conch import load_conch_v15
+    from medvl_engine.encoders.conch import load_conch_v15
 
     return load_conch_v15(folder, name=name, device=device)
 

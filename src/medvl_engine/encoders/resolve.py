@@ -207,7 +207,7 @@ def model_kind_on_disk(path: str | Path) -> str | None:
 def _checked_model_type(folder: Path) -> str | None:
     """The folder's model_type through the checked reader (a malformed config.json is an
     error with one sentence); None without a config.json."""
-    from medvl_engine.encoders._folder_checks import read_config
+    from medvl_engine.encoders.folder_checks import read_config
 
     return read_config(folder, required=False).get("model_type") if folder.is_dir() else None
 
@@ -230,7 +230,7 @@ def registered_model_dir(name: str) -> Path:
     """Cache folder ``<MEDVL_CACHE>/models/<name>`` into which a run's ``install_as`` installs
     its final model (independent of the cwd). The shipped demo's name is refused: that model
     is rebuilt with ``make demo-models``, never replaced from a training run."""
-    from medvl_engine._cache import cache_dir
+    from medvl_engine.common.cache import cache_dir
 
     if name in named_topksiglip_models():
         raise ModelNotFoundError(
@@ -264,13 +264,13 @@ def resolve_topksiglip(name_or_path: str | Path) -> ResolvedModel:
             raise ModelNotFoundError(
                 f"the shipped demo model {DEMO_TOPKSIGLIP} is missing from "
                 f"{_shipped_topksiglip_folder()}; rebuild it with `make demo-models` "
-                f"(python -m medvl_engine.training.demo_models {DEMO_TOPKSIGLIP}).",
+                f"(python -m medvl_engine.tasks.demo_models {DEMO_TOPKSIGLIP}).",
                 _shipped_topksiglip_folder(),
             )
         return ResolvedModel(folder, read_model_type(folder), name, shipped=True)
     installed = None
     if name and Path(name).name == name and name not in (".", ".."):
-        from medvl_engine._cache import cache_dir
+        from medvl_engine.common.cache import cache_dir
 
         installed = cache_dir() / "models" / name
         if installed.is_dir():

@@ -1,4 +1,6 @@
-"""Evaluation: metrics from their definitions and pathology zero-shot protocols."""
+"""Evaluation metrics from their definitions, with bootstrap intervals; each paper's protocol lives
+with its task (:mod:`medvl_engine.tasks.limit.evaluation`,
+:mod:`medvl_engine.tasks.topksiglip.evaluation`)."""
 
 from medvl_engine.evaluation.metrics import (
     auroc,
@@ -10,12 +12,6 @@ from medvl_engine.evaluation.metrics import (
     pointing_game,
     pointing_game_rate,
 )
-from medvl_engine.evaluation.pathology import (
-    SlideExample,
-    slide_class_scores,
-    zero_shot_patches,
-    zero_shot_slides,
-)
 
 __all__ = [
     "auroc",
@@ -26,8 +22,4 @@ __all__ = [
     "bootstrap_std",
     "pointing_game",
     "pointing_game_rate",
-    "SlideExample",
-    "slide_class_scores",
-    "zero_shot_slides",
-    "zero_shot_patches",
 ]

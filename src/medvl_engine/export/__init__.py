@@ -14,7 +14,7 @@ temporary file in the same folder and renamed, so a failure never leaves a parti
 Importing this package loads no torch: each name is imported from its module on first use.
 """
 
-from medvl_engine._lazy import lazy_exports
+from medvl_engine.common.lazy import lazy_exports
 
 __all__ = [
     "EXPORT_SUFFIXES",

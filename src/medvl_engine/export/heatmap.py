@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from medvl_engine._model_label import model_metadata
+from medvl_engine.common.model_label import model_metadata
 from medvl_engine.errors import CorruptFileError, ExportError
 from medvl_engine.export.formats import EXPORT_SUFFIXES
 from medvl_engine.export.geojson import (

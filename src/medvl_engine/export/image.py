@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from medvl_engine._atomic import atomic_write
-from medvl_engine._colormap import apply_colormap, display_limits, is_signed, resolve_colormap
-from medvl_engine._model_label import model_footer
+from medvl_engine.colormaps import apply_colormap, display_limits, is_signed, resolve_colormap
+from medvl_engine.common.atomic import atomic_write
+from medvl_engine.common.model_label import model_footer
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from medvl_engine._atomic import atomic_write
-from medvl_engine._model_label import model_metadata
+from medvl_engine.common.atomic import atomic_write
+from medvl_engine.common.model_label import model_metadata
 
 if TYPE_CHECKING:
     from medvl_engine.heatmap import Heatmap

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from medvl_engine._atomic import atomic_write
-from medvl_engine._colormap import apply_colormap, display_limits, is_signed, resolve_colormap
-from medvl_engine._model_label import model_metadata
+from medvl_engine.colormaps import apply_colormap, display_limits, is_signed, resolve_colormap
+from medvl_engine.common.atomic import atomic_write
+from medvl_engine.common.model_label import model_metadata
 from medvl_engine.errors import CorruptFileError, ExportError
 
 if TYPE_CHECKING:

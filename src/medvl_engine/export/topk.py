@@ -21,8 +21,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from medvl_engine._atomic import atomic_write_stream
-from medvl_engine._model_label import model_footer, model_metadata
+from medvl_engine.common.atomic import atomic_write_stream
+from medvl_engine.common.model_label import model_footer, model_metadata
 from medvl_engine.errors import ExportError
 from medvl_engine.export.image import with_footer
 

@@ -10,7 +10,7 @@ Importing this package loads no torch: each name below is imported from its modu
 use, so a features file can be opened and checked before any model library loads.
 """
 
-from medvl_engine._lazy import lazy_exports
+from medvl_engine.common.lazy import lazy_exports
 
 __all__ = [
     "FeatureStore",

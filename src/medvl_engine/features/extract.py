@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from medvl_engine._write_errors import reporting_write_errors
+from medvl_engine.common.write_errors import reporting_write_errors
 from medvl_engine.errors import CancelledError
 from medvl_engine.features.identity import slide_identity
 from medvl_engine.features.store import (
@@ -219,7 +219,7 @@ def store_path_for(slide: SlideLike, encoder: PatchTextEncoder, grid: PatchGridL
     """
     import hashlib
 
-    from medvl_engine._cache import cache_dir
+    from medvl_engine.common.cache import cache_dir
 
     name, fingerprint = slide_identity(slide)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64)

@@ -52,7 +52,7 @@ def import_h5_features(
     no slide fingerprint, since the file does not say which slide file it was made from.
     ``patch_size_level0`` is used when the file's attributes do not give the patch size.
     """
-    from medvl_engine._fingerprint import file_fingerprint
+    from medvl_engine.common.fingerprint import file_fingerprint
 
     h5_path = Path(h5_path)
     data = read_h5_features(h5_path, patch_size_level0=patch_size_level0)

@@ -1,7 +1,7 @@
 """Which slide a feature store belongs to: the slide's name and content fingerprint.
 
 A store records the slide's file name and content fingerprint (see
-:mod:`medvl_engine._fingerprint`); a store is used for a slide only when they agree, or, for
+:mod:`medvl_engine.common.fingerprint`); a store is used for a slide only when they agree, or, for
 features imported without a fingerprint, when its patches lie on the slide.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medvl_engine._fingerprint import short_fingerprint, slide_fingerprint
+from medvl_engine.common.fingerprint import short_fingerprint, slide_fingerprint
 from medvl_engine.errors import DataError
 from medvl_engine.features.store import FeatureStore
 from medvl_engine.features.validate import checked_patch_size_level0

@@ -11,8 +11,8 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from medvl_engine._cache import cache_dir
-from medvl_engine._fingerprint import file_fingerprint, short_fingerprint
+from medvl_engine.common.cache import cache_dir
+from medvl_engine.common.fingerprint import file_fingerprint, short_fingerprint
 from medvl_engine.errors import DataError, MedVLError, UnsupportedFormatError
 from medvl_engine.features._sniff import HDF5_MAGIC, ZIP_MAGIC
 from medvl_engine.features.h5_import import read_clam_pt, read_h5_features

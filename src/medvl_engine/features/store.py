@@ -3,7 +3,7 @@
 Store layout (a zarr group): ``features`` [N, D] float32, ``coords`` [N, 2] int64 (x, y)
 level-0 px of each patch's top-left corner; attributes ``patch_size_level0``, ``patch_size``,
 ``target_mpp``, ``encoder``, ``slide`` (the slide's file name, never its folder),
-``slide_fingerprint`` (its content fingerprint, see :mod:`medvl_engine._fingerprint`),
+``slide_fingerprint`` (its content fingerprint, see :mod:`medvl_engine.common.fingerprint`),
 ``slide_mpp`` ((x, y) um per level-0 px or None), ``slide_dimensions`` ((width, height) level-0
 px), ``n_total`` and ``n_done`` (rows written, in order; a store with n_done < n_total is
 resumed by running the extraction again). A store imported from a TRIDENT/CLAM file also has
@@ -469,7 +469,7 @@ def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerpr
         "imported_from": store.imported_from,
         "source_fingerprint": source_fingerprint,
     }
-    from medvl_engine._write_errors import reporting_write_errors
+    from medvl_engine.common.write_errors import reporting_write_errors
 
     with reporting_write_errors("feature store", out_path):  # disk full, read-only: a sentence
         group = create_store(out_path, store.coords, attrs, chunk_rows=4096)

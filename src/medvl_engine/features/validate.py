@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from medvl_engine.errors import CorruptFileError, DataError
-from medvl_engine.io._limits import max_slide_pixels
+from medvl_engine.io.limits import max_slide_pixels
 
 __all__ = [
     "checked_coords",

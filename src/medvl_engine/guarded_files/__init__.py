@@ -9,7 +9,7 @@ feature store goes through this module, so each gets the same guarantees as the 
 - HDF5 datasets that keep their data elsewhere (external storage, ``ExternalLink``, virtual
   datasets) are refused, and soft links are followed only inside the file, a cycle refused;
 - every size a file declares (dataset shapes, chunk shapes, zip members, ``.npy`` headers) is
-  checked against :func:`medvl_engine.io._limits.max_array_bytes` before anything is allocated,
+  checked against :func:`medvl_engine.io.limits.max_array_bytes` before anything is allocated,
   so compression bombs and lazily declared datasets cost nothing;
 - a dataset or store array with chunks missing (which read back as zeros) is refused as
   incomplete.

@@ -17,7 +17,7 @@ from medvl_engine.guarded_files._common import (
     require_data_file,
     too_big_error,
 )
-from medvl_engine.io._limits import max_array_bytes
+from medvl_engine.io.limits import max_array_bytes
 
 __all__ = ["check_zip_archive", "load_npz"]
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from medvl_engine.errors import MedVLError, UnsupportedFormatError
-from medvl_engine.io._limits import format_bytes
-from medvl_engine.io._safe_open import require_regular_file
+from medvl_engine.io.limits import format_bytes
+from medvl_engine.io.safe_open import require_regular_file
 
 __all__ = [
     "LINK_HOPS",

@@ -19,7 +19,7 @@ from medvl_engine.guarded_files._common import (
     reason,
     require_data_file,
 )
-from medvl_engine.io._limits import check_array_bytes
+from medvl_engine.io.limits import check_array_bytes
 
 if TYPE_CHECKING:
     import h5py

@@ -22,8 +22,8 @@ from medvl_engine.guarded_files._common import (
     reason,
     too_big_error,
 )
-from medvl_engine.io._limits import check_array_bytes, format_bytes, max_array_bytes
-from medvl_engine.io._safe_open import describe_file_type
+from medvl_engine.io.limits import check_array_bytes, format_bytes, max_array_bytes
+from medvl_engine.io.safe_open import describe_file_type
 
 if TYPE_CHECKING:
     import zarr

@@ -104,7 +104,7 @@ def is_regular_file(path: Path) -> bool:
     """True for a regular file holding stored data (links followed); False for folders,
     FIFOs, devices, sockets and entries of /proc, /sys or /dev. Nothing is opened."""
     from medvl_engine.errors import MedVLError
-    from medvl_engine.io._safe_open import require_regular_file
+    from medvl_engine.io.safe_open import require_regular_file
 
     try:
         require_regular_file(path)

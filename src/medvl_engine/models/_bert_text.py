@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from medvl_engine._hf_classes import (
+from medvl_engine.common.hf_classes import (
     AutoModel,
     AutoTokenizer,
     BertConfig,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from medvl_engine._hf_classes import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+from medvl_engine.common.hf_classes import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 from medvl_engine.models._pretrained import load_pretrained
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypeVar
 
-from medvl_engine.encoders._folder_checks import (
+from medvl_engine.encoders.folder_checks import (
     check_weights,
     folder_errors,
     read_config,

@@ -287,7 +287,7 @@ def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> 
     encoder is not loaded (LIMIT works on precomputed features).
     """
     from medvl_engine.encoders import load_text_tower
-    from medvl_engine.encoders._folder_checks import check_model_folder, load_weights
+    from medvl_engine.encoders.folder_checks import check_model_folder, load_weights
     from medvl_engine.errors import ModelNotFoundError
 
     folder = Path(folder)
@@ -298,7 +298,7 @@ def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> 
             folder,
         )
     if _is_referenced_demo(folder):  # the shipped demo: MiniLM by name plus its projection
-        from medvl_engine.encoders._demo import load_demo_folder
+        from medvl_engine.encoders.demo import load_demo_folder
 
         demo = load_demo_folder(folder, json.loads((folder / "config.json").read_text()), name="")
         return LimitModel(demo.text_tower, 0.05, True, "medvl-demo").to(device)
@@ -331,7 +331,7 @@ def load_limit_model(folder: str | Path, device: str | torch.device = "cpu") -> 
 
 def _is_referenced_demo(folder: Path) -> bool:
     """A "medvl-demo" folder whose text tower is the installed MiniLM (no text_config)."""
-    from medvl_engine.encoders._folder_checks import read_config
+    from medvl_engine.encoders.folder_checks import read_config
 
     config = read_config(folder)
     return config.get("model_type") == "medvl-demo" and "text_config" not in config

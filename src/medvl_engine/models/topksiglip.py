@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.encoders.resolve import TOPKSIGLIP_GRID, TOPKSIGLIP_MODEL_TYPE
-from medvl_engine.models import _bert_text, _clip_text, _convnext
+from medvl_engine.models import _bert_text, _clip_text
+from medvl_engine.models import convnext as _convnext
 from medvl_engine.models.topk import (
     crop_patches,
     extract_patches,
@@ -90,7 +91,7 @@ class TopKSigLIPConfig:
     context_length: int = 170
     freeze_text: bool = False  # train only the text projection (the encoder stays as loaded)
     # Joint space. The training objective is a task setting
-    # (medvl_engine.training.topksiglip_task.TopKSigLIPTaskConfig); folders saved before it
+    # (medvl_engine.tasks.topksiglip.task.TopKSigLIPTaskConfig); folders saved before it
     # moved there still carry its keys in config.json, which from_dict ignores.
     embed_dim: int = 512
     logit_scale_init: float = 10.0

@@ -16,13 +16,13 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from medvl_engine._atomic import atomic_directory
-from medvl_engine._hf_classes import BertConfig
+from medvl_engine.common.atomic import atomic_directory
+from medvl_engine.common.hf_classes import BertConfig
 from medvl_engine.encoders.resolve import resolve_topksiglip
 from medvl_engine.errors import ConfigError, ModelNotFoundError
 from medvl_engine.models import _bert_text, _clip_text
-from medvl_engine.models._topksiglip_ranges import check_topksiglip_values
 from medvl_engine.models.topksiglip import MODEL_TYPE, TopKSigLIP, TopKSigLIPConfig
+from medvl_engine.models.topksiglip_ranges import check_topksiglip_values
 
 __all__ = [
     "CONFIG_NAME",
@@ -141,14 +141,14 @@ def _text_reference(folder: Path) -> str | None:
 def load_topksiglip(name_or_path: str | Path, device: str | torch.device = "cpu") -> TopKSigLIP:
     """Load a model directory written by :func:`save_topksiglip` (offline, eval mode).
 
-    The folder is data only (see :mod:`medvl_engine.encoders._folder_checks`): no code, weights
+    The folder is data only (see :mod:`medvl_engine.encoders.folder_checks`): no code, weights
     from model.safetensors, the architecture from :class:`TopKSigLIPConfig`; pretrained-source
     fields in its config.json are ignored, so loading never downloads or falls back. Every
     size in config.json is checked against its range and the parameter budget
-    (:mod:`medvl_engine.models._topksiglip_ranges`) before the model is built, and the weights
+    (:mod:`medvl_engine.models.topksiglip_ranges`) before the model is built, and the weights
     for NaN, infinity and degenerate normalisation once read.
     """
-    from medvl_engine.encoders._folder_checks import (
+    from medvl_engine.encoders.folder_checks import (
         check_model_folder,
         folder_errors,
         load_tokenizer,

@@ -23,7 +23,6 @@ from medvl_engine.synthetic._mammo import (
     make_mammogram_case,
 )
 from medvl_engine.synthetic._mammo_render import FINDING_TYPES
-from medvl_engine.synthetic._reports import CLASS_SYNONYMS, NEGATION_PREFIXES, ORGANS, make_report
 from medvl_engine.synthetic._slides import SyntheticSlide, make_label_map, make_synthetic_slide
 from medvl_engine.synthetic._tissue import (
     TISSUE_CLASSES,
@@ -32,6 +31,7 @@ from medvl_engine.synthetic._tissue import (
     random_stain,
     render_tissue,
 )
+from medvl_engine.synthetic.reports import CLASS_SYNONYMS, NEGATION_PREFIXES, ORGANS, make_report
 
 __all__ = [
     "BIRADS_SENTENCES",

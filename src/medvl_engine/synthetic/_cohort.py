@@ -11,12 +11,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from medvl_engine._atomic import atomic_write_stream
+from medvl_engine.common.atomic import atomic_write_stream
 from medvl_engine.data.mammo_manifest import MANIFEST_COLUMNS
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo import SyntheticMammoCase, make_mammogram_case
-from medvl_engine.synthetic._reports import ORGANS
 from medvl_engine.synthetic._slides import SyntheticSlide, make_synthetic_slide
+from medvl_engine.synthetic.reports import ORGANS
 
 __all__ = [
     "MAMMO_MANIFEST_COLUMNS",

@@ -18,7 +18,7 @@ import pydicom
 from pydicom.dataset import FileMetaDataset
 from pydicom.uid import UID, ExplicitVRLittleEndian, generate_uid
 
-from medvl_engine._atomic import atomic_write
+from medvl_engine.common.atomic import atomic_write
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo_render import (
     FINDING_TYPES,

@@ -16,9 +16,8 @@ import numpy as np
 import tifffile
 from scipy import ndimage
 
-from medvl_engine._atomic import atomic_write
+from medvl_engine.common.atomic import atomic_write
 from medvl_engine.synthetic._errors import SyntheticDataError
-from medvl_engine.synthetic._reports import ORGANS, make_report
 from medvl_engine.synthetic._tissue import (
     TISSUE_CLASSES,
     Stain,
@@ -28,6 +27,7 @@ from medvl_engine.synthetic._tissue import (
     random_stain,
     tissue_density,
 )
+from medvl_engine.synthetic.reports import ORGANS, make_report
 
 __all__ = ["SyntheticSlide", "make_label_map", "paint_slide", "make_synthetic_slide"]
 

@@ -7,7 +7,7 @@ loads no torch: each name below is imported from its module on first use, so
 ``medvl-train --help`` (which only needs the registry) stays fast.
 """
 
-from medvl_engine._lazy import lazy_exports
+from medvl_engine.common.lazy import lazy_exports
 
 __all__ = [
     "RunConfig",

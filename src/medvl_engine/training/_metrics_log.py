@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from medvl_engine._write_errors import reporting_write_errors
+from medvl_engine.common.write_errors import reporting_write_errors
 
 __all__ = ["MetricsLog", "Progress"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from medvl_engine._env import positive_int_setting
+from medvl_engine.common.env import positive_int_setting
 from medvl_engine.errors import ConfigError
 
 __all__ = [

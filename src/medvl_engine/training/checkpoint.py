@@ -16,8 +16,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from medvl_engine._atomic import atomic_write_stream
-from medvl_engine._write_errors import reporting_write_errors
+from medvl_engine.common.atomic import atomic_write_stream
+from medvl_engine.common.write_errors import reporting_write_errors
 from medvl_engine.errors import CorruptFileError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "capture_rng_state", "restore_rng_state"]

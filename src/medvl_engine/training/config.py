@@ -13,7 +13,7 @@ parsed as YAML scalars and checked against the field's type annotation, so
 ``run.epochs=two`` fails with a :class:`ConfigError` naming the field and the type.
 
 Every value is then checked against its field's allowed range (declared with the field, see
-:mod:`medvl_engine._config_ranges`; ``batch_size=0``, ``lr=nan``, ``seed=-1`` are one sentence
+:mod:`medvl_engine.common.config_ranges`; ``batch_size=0``, ``lr=nan``, ``seed=-1`` are one sentence
 naming the key, the value and the range) and a config class may add checks across fields in a
 ``validate()`` method; all of it runs on load, before any data are made. The YAML file itself
 must be a regular text file of at most :data:`MAX_CONFIG_BYTES` (env ``MEDVL_MAX_CONFIG_BYTES``)
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from medvl_engine._config_ranges import Range, check_ranges, check_value, field_range, ranged
+from medvl_engine.common.config_ranges import Range, check_ranges, check_value, field_range, ranged
 from medvl_engine.errors import ConfigError
 from medvl_engine.training._yaml_config import (
     MAX_CONFIG_BYTES,
@@ -73,7 +73,8 @@ _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
 class RunConfig:
     """Settings of the shared training loop (optimiser, schedule, precision, checkpoints).
 
-    Each numeric field declares its allowed range (:func:`medvl_engine._config_ranges.ranged`);
+    Each numeric field declares its allowed range
+    (:func:`medvl_engine.common.config_ranges.ranged`);
     construction checks them, the output folder and the rules across fields.
     """
 

@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from medvl_engine._write_errors import reporting_write_errors
+from medvl_engine.common.write_errors import reporting_write_errors
 from medvl_engine.errors import ConfigError, DataError, MedVLError
 from medvl_engine.training._batches import WorkerBatches, uses_workers
 from medvl_engine.training._metrics_log import MetricsLog, Progress

@@ -14,8 +14,8 @@ from medvl_engine.errors import ConfigError
 __all__ = ["TASK_MODULES", "task_module", "task_names"]
 
 TASK_MODULES: dict[str, str] = {
-    "limit": "medvl_engine.training.limit_task",
-    "topksiglip": "medvl_engine.training.topksiglip_task",
+    "limit": "medvl_engine.tasks.limit.task",
+    "topksiglip": "medvl_engine.tasks.topksiglip.task",
 }
 
 

@@ -148,7 +148,7 @@ def test_a_real_file_size_limit_from_the_kernel(slide_path, reference, tmp_path,
 )
 def test_heatmap_with_a_cache_that_cannot_be_written(slide_path, tmp_path, capsys, code, words):
     """The feature cache under $MEDVL_CACHE refuses writes (the model folder there is read)."""
-    from medvl_engine._cache import cache_dir
+    from medvl_engine.common.cache import cache_dir
 
     features_cache = cache_dir("features")
     features_cache.mkdir(parents=True, exist_ok=True)

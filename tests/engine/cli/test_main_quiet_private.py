@@ -67,7 +67,7 @@ def test_library_logs_and_warnings_are_held_back_for_a_command(verbose, caplog, 
     import logging
     import warnings
 
-    from medvl_engine._console import command_session
+    from medvl_engine.common.console import command_session
 
     with command_session(verbose=verbose):
         for name in ("tifffile", "tiffslide", "pydicom", "zarr", "PIL.TiffImagePlugin"):
@@ -256,7 +256,7 @@ def test_info_on_a_mammogram_shows_technical_fields_only(tmp_path, capfd, write_
 
 
 def test_privacy_rules_on_keys_and_values():
-    from medvl_engine._privacy import split_identifying
+    from medvl_engine.common.privacy import split_identifying
 
     shown, withheld = split_identifying(
         {

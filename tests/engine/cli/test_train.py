@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 
 from medvl_engine.cli.train import main, split_action
 from medvl_engine.training import registry
-from medvl_engine.training._seeds import mean_std_over_seeds, seed_runs
 from medvl_engine.training.config import RunConfig
 from medvl_engine.training.loop import CHECKPOINT_NAME
+from medvl_engine.training.seeds import mean_std_over_seeds, seed_runs
 from tests.support.toy_task import ToyConfig
 
 

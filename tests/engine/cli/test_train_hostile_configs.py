@@ -286,7 +286,7 @@ def test_report_filter_file_from_a_config_needs_allow_code(tmp_path, capsys, wri
 def test_report_filter_file_runs_with_allow_code_and_is_announced_first(
     tmp_path, capsys, monkeypatch
 ):
-    from medvl_engine.data._report_filter_loader import allow_code, resolve_report_filter
+    from medvl_engine.data.report_filter_loader import allow_code, resolve_report_filter
 
     script = tmp_path / "filters.py"
     script.write_text(

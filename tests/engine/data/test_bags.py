@@ -20,8 +20,8 @@ from medvl_engine.data.bags import (
     sample_patch_rows,
 )
 from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 from medvl_engine.training import RunConfig, train
-from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
 
 REPORTS = {
     "tumor": "Sections show invasive carcinoma.",

@@ -193,8 +193,8 @@ def test_resampling_share_of_view_halves():
 
 def test_resample_share_outside_zero_one_is_refused(tmp_path):
     from medvl_engine.errors import ConfigError
+    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTask, TopKSigLIPTaskConfig
     from medvl_engine.training.config import RunConfig
-    from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
 
     config = TopKSigLIPTaskConfig(augment_resample_p=1.5, grid=4, k=2)
     with pytest.raises(ConfigError, match=r"augment_resample_p=1.5 is outside \[0, 1\]"):
@@ -202,8 +202,8 @@ def test_resample_share_outside_zero_one_is_refused(tmp_path):
 
 
 def test_intensity_range_of_the_task_reaches_its_training_breasts(tmp_path, tiny_topk_values):
+    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTask, TopKSigLIPTaskConfig
     from medvl_engine.training.config import RunConfig
-    from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
 
     images = {}
     for intensity in (0.0, 0.2):
@@ -228,8 +228,8 @@ def test_intensity_range_of_the_task_reaches_its_training_breasts(tmp_path, tiny
 
 def test_intensity_range_outside_zero_one_is_refused(tmp_path):
     from medvl_engine.errors import ConfigError
+    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTask, TopKSigLIPTaskConfig
     from medvl_engine.training.config import RunConfig
-    from medvl_engine.training.topksiglip_task import TopKSigLIPTask, TopKSigLIPTaskConfig
 
     config = TopKSigLIPTaskConfig(augment_intensity=1.0, grid=4, k=2)
     with pytest.raises(ConfigError, match=r"augment_intensity=1.0 is outside \[0, 1\)"):

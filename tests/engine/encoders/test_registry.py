@@ -142,7 +142,7 @@ def test_conch_v1_needs_its_package(tmp_path, monkeypatch):
 
 
 def test_conch_v15_embeds_patches_but_refuses_prompts():
-    from medvl_engine.encoders._conch import ConchV15Encoder
+    from medvl_engine.encoders.conch import ConchV15Encoder
 
     torch.manual_seed(0)
     vision = torch.nn.Sequential(
@@ -162,7 +162,7 @@ def test_registry_lists_named_models():
 
 
 def test_demo_model_is_a_saved_folder_whose_text_finds_its_tissue(demo_encoder):
-    from medvl_engine.encoders._demo import demo_model_dir
+    from medvl_engine.encoders.demo import demo_model_dir
     from medvl_engine.synthetic import TISSUE_CLASSES, render_tissue
 
     encoder = demo_encoder()

@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from medvl_engine.evaluation.mammo_subgroups import subgroup_counts, with_cancer_subgroups
-from medvl_engine.evaluation.mammography import ReadoutTable, bootstrap_readouts, readout_metrics
 from medvl_engine.evaluation.metrics import auroc
+from medvl_engine.tasks.topksiglip.evaluation import (
+    ReadoutTable,
+    bootstrap_readouts,
+    readout_metrics,
+)
+from medvl_engine.tasks.topksiglip.subgroups import subgroup_counts, with_cancer_subgroups
 
 KINDS = ("mass", "calcification", "architectural_distortion", "asymmetry")
 

@@ -9,12 +9,18 @@ import pytest
 import torch
 
 from medvl_engine.data.patch_geometry import PatchGeometry
-from medvl_engine.evaluation.mammo_baselines import (
+from medvl_engine.evaluation.metrics import (
+    auroc,
+    average_precision,
+    bootstrap_interval,
+    weighted_average_precision,
+)
+from medvl_engine.tasks.topksiglip.baselines import (
     baseline_readouts,
     intensity_statistics,
     max_intensity_map,
 )
-from medvl_engine.evaluation.mammography import (
+from medvl_engine.tasks.topksiglip.evaluation import (
     MammoEvalOutputs,
     ReadoutTable,
     bootstrap_readouts,
@@ -22,12 +28,6 @@ from medvl_engine.evaluation.mammography import (
     readout_metrics,
     readout_table,
     zero_shot_columns,
-)
-from medvl_engine.evaluation.metrics import (
-    auroc,
-    average_precision,
-    bootstrap_interval,
-    weighted_average_precision,
 )
 
 GEOMETRY = PatchGeometry.from_image(256, 8, 0.5)

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from medvl_engine.evaluation import (
-    SlideExample,
     auroc,
     average_precision,
     balanced_accuracy,
@@ -18,9 +17,8 @@ from medvl_engine.evaluation import (
     macro_auroc,
     pointing_game,
     pointing_game_rate,
-    zero_shot_patches,
-    zero_shot_slides,
 )
+from medvl_engine.tasks.limit.evaluation import SlideExample, zero_shot_patches, zero_shot_slides
 
 
 def test_auroc_counts_pairs_and_half_counts_ties():

@@ -15,7 +15,7 @@ import torch
 
 from medvl_engine.data.limit_prompt_variants import CANCER_SYNONYMS, ROBUSTNESS_TEMPLATES
 from medvl_engine.evaluation.metrics import balanced_accuracy, bootstrap_std
-from medvl_engine.evaluation.pathology import (
+from medvl_engine.tasks.limit.evaluation import (
     SlideExample,
     choice_categories,
     organ_mean_bootstrap,

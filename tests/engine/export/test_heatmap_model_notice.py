@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from medvl_engine._colormap import DIVERGING_MAP, SEQUENTIAL_MAP, apply_colormap
+from medvl_engine.colormaps import DIVERGING_MAP, SEQUENTIAL_MAP, apply_colormap
 from medvl_engine.demo_models import DEMO_NOTICE
 from medvl_engine.export import export_heatmap, read_heatmap_tiff_description
 from medvl_engine.features import FeatureStore

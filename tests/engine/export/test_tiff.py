@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from medvl_engine._colormap import apply_colormap
+from medvl_engine.colormaps import apply_colormap
 from medvl_engine.errors import CorruptFileError, ExportError
 from medvl_engine.export import (
     export_heatmap,

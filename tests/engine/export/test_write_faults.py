@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from medvl_engine._atomic import atomic_directory, atomic_write
+from medvl_engine.common.atomic import atomic_directory, atomic_write
 from medvl_engine.errors import StorageError
 from medvl_engine.export.geojson import write_geojson
 from medvl_engine.export.image import write_image
@@ -91,7 +91,7 @@ def test_a_model_folder_over_the_file_size_limit_is_one_sentence(tmp_path, run_l
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         import torch
         from safetensors.torch import save_file
-        from medvl_engine._atomic import atomic_directory
+        from medvl_engine.common.atomic import atomic_directory
         from medvl_engine.errors import MedVLError
         try:
             atomic_directory({str(tmp_path / "final")!r},

@@ -127,7 +127,7 @@ def test_cache_that_cannot_be_written_says_to_move_the_cache(
 
 
 def test_cache_folder_that_cannot_be_made_is_one_sentence(tmp_path, monkeypatch):
-    from medvl_engine._cache import cache_dir
+    from medvl_engine.common.cache import cache_dir
 
     monkeypatch.setenv("MEDVL_CACHE", str(tmp_path / "cache"))
     with failing_writes(tmp_path, errno.EROFS):

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from medvl_engine._fingerprint import file_fingerprint, slide_fingerprint
 from medvl_engine.cli.main import main
+from medvl_engine.common.fingerprint import file_fingerprint, slide_fingerprint
 from medvl_engine.encoders import load_encoder
 from medvl_engine.errors import CancelledError, DataError, MedVLError
 from medvl_engine.features import (
@@ -215,7 +215,7 @@ def _demo_store(slide_path: Path, tmp_path: Path) -> FeatureStore:
 
 
 def test_heatmap_takes_a_trident_h5_and_imports_it_once(demo_slide, tmp_path, capsys):
-    from medvl_engine._cache import cache_dir
+    from medvl_engine.common.cache import cache_dir
 
     reference = _demo_store(demo_slide, tmp_path)
     h5_path = tmp_path / "trident" / "case7.h5"

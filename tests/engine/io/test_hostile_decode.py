@@ -130,7 +130,7 @@ def test_the_zeros_stream_is_valid_zlib():
 
 
 def test_sixteen_bit_rgba_counts_its_eight_bytes_a_pixel(png_bombs):
-    from medvl_engine.io._plain import pil_bytes_per_pixel
+    from medvl_engine.io.slide._plain import pil_bytes_per_pixel
 
     with Image.open(png_bombs["rgba16"]) as image:
         assert pil_bytes_per_pixel(image) == 8  # Pillow keeps 4, the file holds 8
@@ -181,8 +181,8 @@ def test_a_multiframe_dicom_counts_every_frame_before_decoding(tmp_path, run_lim
 def test_plain_slide_loader_gives_the_straightforward_rgb(tmp_path, mode, monkeypatch):
     """The banded loader equals converting the whole image at once (alpha over white,
     16-bit grey scaled by its maximum), including bands that do not divide the height."""
-    import medvl_engine.io._plain as plain
-    from medvl_engine.io._levels import to_rgb
+    import medvl_engine.io.slide._plain as plain
+    from medvl_engine.io.slide.pixel_sources import to_rgb
 
     monkeypatch.setattr(plain, "_TO_RGB_BAND_ROWS", 7)
     rng = np.random.default_rng(5)

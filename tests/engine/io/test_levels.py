@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from medvl_engine.io._levels import (
+from medvl_engine.io.slide.pixel_sources import (
     chunk_grid,
     decode_pool,
     decode_workers,
@@ -67,7 +67,11 @@ def test_to_rgb_composites_alpha_over_white():
 
 
 def test_serial_decoding_keeps_a_reads_tiles_on_the_calling_thread_only():
-    from medvl_engine.io._levels import decode_workers, for_each_in_parallel, serial_decoding
+    from medvl_engine.io.slide.pixel_sources import (
+        decode_workers,
+        for_each_in_parallel,
+        serial_decoding,
+    )
 
     names: list[str] = []
     with serial_decoding():

@@ -324,7 +324,7 @@ def test_dicom_that_is_not_a_slide(sample_file):
 
 
 def test_opening_reads_metadata_only(tmp_path, monkeypatch, write_svs, coordinate_image):
-    from medvl_engine.io import _tiff
+    from medvl_engine.io.slide import _tiff
 
     decoded = []
     original = _tiff._TiledPageSource._tile

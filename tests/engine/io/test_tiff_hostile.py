@@ -20,8 +20,8 @@ import tifffile
 
 from medvl_engine.errors import CorruptFileError, ResourceLimitError, UnsupportedFormatError
 from medvl_engine.io import open_slide
-from medvl_engine.io._safe_open import require_regular_file
 from medvl_engine.io._tiff_ifds import check_ifd_chain
+from medvl_engine.io.safe_open import require_regular_file
 
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT_MB = 1024.0
@@ -320,7 +320,7 @@ def test_tiled_thumbnail_is_an_area_resize_and_sampling_repeats_tiles(tmp_path, 
     lattice of tiles is read, each stretched over the block it stands for."""
     from PIL import Image
 
-    import medvl_engine.io.slide as slide_module
+    import medvl_engine.io.slide._slide as slide_module
 
     rows = np.linspace(0, 255, 1024)[:, None]
     cols = np.linspace(0, 255, 1536)[None, :]

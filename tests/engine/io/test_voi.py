@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from medvl_engine.io import _voi
+from medvl_engine.io.mammo import _voi
 
 
 def test_linear_window_hand_values():

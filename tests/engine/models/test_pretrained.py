@@ -10,7 +10,7 @@ from transformers import ConvNextConfig, ConvNextModel
 
 from medvl_engine.cli.train import main as train_main
 from medvl_engine.errors import ConfigError, ModelNotFoundError, UnsafeModelError
-from medvl_engine.models._convnext import build_convnext
+from medvl_engine.models.convnext import build_convnext
 
 DEPTHS, WIDTHS = [1, 1, 1, 1], [8, 16, 32, 64]
 ABSENT_ID = "medvl-tests/no-such-convnext"

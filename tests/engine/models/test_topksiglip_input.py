@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from medvl_engine.errors import ConfigError
-from medvl_engine.models._convnext import backbone_input, grayscale_to_input, white_tophat
+from medvl_engine.models.convnext import backbone_input, grayscale_to_input, white_tophat
 
 
 def _background_with_speck_and_square() -> torch.Tensor:
@@ -70,8 +70,8 @@ def test_a_tophat_model_saves_and_loads_with_its_input(tmp_path, tiny_topk_model
 
 
 def test_an_unknown_backbone_input_in_a_training_config_is_refused(tmp_path):
+    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig
     from medvl_engine.training.config import load_config
-    from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig
 
     config = tmp_path / "c.yaml"
     config.write_text("task:\n  vision_input: rgb\n")

@@ -50,7 +50,7 @@ def _loaded_in_workers(task, config: RunConfig, cases: list[tuple[int, int]]) ->
 # -- the two real tasks: batches in workers equal the in-process batches --------------------------
 @pytest.fixture(scope="module")
 def topk_task(tmp_path_factory, tiny_topk_values):
-    from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig, build_task
+    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
 
     root = tmp_path_factory.mktemp("topk-loader")
     task_config = TopKSigLIPTaskConfig(
@@ -70,7 +70,7 @@ def topk_task(tmp_path_factory, tiny_topk_values):
 
 @pytest.fixture(scope="module")
 def limit_task(tmp_path_factory, tiny_tower, write_feature_store):
-    from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
+    from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 
     root = tmp_path_factory.mktemp("limit-loader")
     tiny_tower(root / "bert", out_dim=None)
@@ -176,7 +176,7 @@ def os_pid() -> int:
 def test_topk_training_with_workers_gives_the_losses_of_the_training_process(
     tmp_path, tiny_topk_values
 ):
-    from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig, build_task
+    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
 
     def run(workers: int, **overrides) -> dict:
         task_config = TopKSigLIPTaskConfig(

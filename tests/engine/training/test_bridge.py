@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from medvl_engine.errors import ConfigError, DataError
-from medvl_engine.training._bridge import bridge_from_stores, fit_bridge
-from medvl_engine.training.limit_task import (
+from medvl_engine.tasks.limit.bridge import bridge_from_stores, fit_bridge
+from medvl_engine.tasks.limit.task import (
     LimitTask,
     LimitTaskConfig,
     load_trainable_text_tower,
@@ -153,7 +153,7 @@ def test_conchz_recipe_takes_the_bridge_options():
 
 
 def test_lora_tunes_the_conch_text_tower_and_saves_plain_weights(toy, tmp_path, conch_v15_dim):
-    from medvl_engine.encoders._lora import LORA_TARGETS
+    from medvl_engine.encoders.lora import LORA_TARGETS
     from medvl_engine.training import RunConfig, train
 
     root = toy[0]
@@ -196,7 +196,7 @@ def test_conch_lora_targets_skip_the_attention_output_layer():
 
     from torch import nn
 
-    from medvl_engine.encoders._conch_text import conch_lora_targets
+    from medvl_engine.encoders.conch_text import conch_lora_targets
 
     class Block(nn.Module):
         def __init__(self) -> None:

@@ -18,11 +18,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from medvl_engine._config_ranges import field_range
+from medvl_engine.common.config_ranges import field_range
 from medvl_engine.errors import MedVLError
+from medvl_engine.tasks.limit.task import LimitTaskConfig
+from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig
 from medvl_engine.training import RunConfig, load_config
-from medvl_engine.training.limit_task import LimitTaskConfig
-from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig
 
 TASKS = (TopKSigLIPTaskConfig, LimitTaskConfig)
 NAMES = sorted(
@@ -182,7 +182,7 @@ def test_random_model_configs_are_read_or_refused_in_one_sentence(values):
     """A model folder's config.json: read, or one MedVLError sentence; never another error."""
     import json
 
-    from medvl_engine.encoders._folder_checks import read_config
+    from medvl_engine.encoders.folder_checks import read_config
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "config.json").write_text(json.dumps(values))
@@ -218,8 +218,8 @@ def test_random_model_configs_are_read_or_refused_in_one_sentence(values):
 )
 def test_random_topksiglip_settings_are_checked_in_one_sentence(changes):
     """TopKSigLIP model settings as a saved folder's config.json holds them."""
-    from medvl_engine.models._topksiglip_ranges import check_topksiglip_values
     from medvl_engine.models.topksiglip import TopKSigLIPConfig
+    from medvl_engine.models.topksiglip_ranges import check_topksiglip_values
 
     config = TopKSigLIPConfig.from_dict({**TopKSigLIPConfig().to_dict(), **changes})
     try:

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from medvl_engine.errors import ConfigError
+from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, alignment_loss
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training import distributed as distributed_module
 from medvl_engine.training.distributed import gather_objects, gather_with_grad, shard_indices
-from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig, alignment_loss
 from tests.support.gloo import WORLD, join_group, leave
 from tests.support.toy_task import ToyConfig, ToyTask
 

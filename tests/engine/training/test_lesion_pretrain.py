@@ -11,17 +11,17 @@ from medvl_engine.data.mammo_dataset import MammoDataset
 from medvl_engine.data.mammo_manifest import MammoRecord
 from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.errors import DataError
-from medvl_engine.models import _convnext
+from medvl_engine.models import convnext as _convnext
 from medvl_engine.models.topksiglip import TopKSigLIP
-from medvl_engine.training import RunConfig, train
-from medvl_engine.training.lesion_pretrain import (
+from medvl_engine.tasks.topksiglip.pretrain import (
     LesionPatches,
     lesion_patches,
     malignancy_rated,
     pretrain_on_lesion_patches,
     pretrain_scorer_on_roi_cells,
 )
-from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig, build_task
+from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
+from medvl_engine.training import RunConfig, train
 
 torch.set_num_threads(1)
 SIZE = 128

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 from medvl_engine.training import RunConfig
-from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
 from tests.support.gloo import WORLD, join_group, leave
 
 REPORTS = {

@@ -12,8 +12,8 @@ import torch
 from medvl_engine.cli.train import main as train_main
 from medvl_engine.errors import ConfigError
 from medvl_engine.models.limit import load_limit_model
+from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 from medvl_engine.training import RunConfig, train
-from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
 
 REPORTS = {
     "tumor": "Accession: S22-12345\nSections show invasive carcinoma.",
@@ -174,7 +174,7 @@ def test_cli_runs_with_overrides_and_reports_bad_ones(cohort, tmp_path, capsys):
 
 
 def test_projection_to_a_wider_vision_space_composes_with_an_existing_one(tmp_path, tiny_tower):
-    from medvl_engine.training.limit_task import _projection_to
+    from medvl_engine.tasks.limit.task import _projection_to
 
     tower = tiny_tower(tmp_path / "bert", out_dim=8)  # like CONCH v1 text -> 512
     tokens = tower.tokenize(["invasive carcinoma", "fat"])

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from medvl_engine.errors import MissingDependencyError
-from medvl_engine.training import RunConfig, train
-from medvl_engine.training.limit_task import (
+from medvl_engine.tasks.limit.task import (
     LimitTask,
     LimitTaskConfig,
     load_trainable_text_tower,
 )
+from medvl_engine.training import RunConfig, train
 
 REPORTS = {
     "tumor": "Sections show invasive carcinoma.",

@@ -15,7 +15,7 @@ import hashlib, json, sys
 import torch
 torch.set_num_threads(int(sys.argv[1]))
 from medvl_engine.training import RunConfig, train
-from medvl_engine.training.limit_task import LimitTask, LimitTaskConfig
+from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 config = LimitTaskConfig(
     data="synthetic", synthetic_dir=sys.argv[2], synthetic_slides=24, num_negatives=2,
     eval_robustness=False,

@@ -48,8 +48,8 @@ def test_load_encoder_uses_the_shipped_folder_without_fitting(tmp_path, monkeypa
 
 
 def test_shipped_test_metrics_equal_the_model_card():
-    from medvl_engine.encoders._demo import load_shipped_demo
-    from medvl_engine.training.pathology_demo import evaluate_demo_encoder
+    from medvl_engine.encoders.demo import load_shipped_demo
+    from medvl_engine.tasks.limit.demo_recipe import evaluate_demo_encoder
 
     config = json.loads((SHIPPED / "config.json").read_text())
     card = (SHIPPED / "MODEL_CARD.md").read_text()
@@ -64,7 +64,8 @@ def test_shipped_test_metrics_equal_the_model_card():
 
 
 def test_missing_shipped_folder_names_make_demo_models(tmp_path, monkeypatch):
-    from medvl_engine.encoders import _demo, load_encoder
+    from medvl_engine.encoders import demo as _demo
+    from medvl_engine.encoders import load_encoder
 
     monkeypatch.setattr(_demo, "demo_model_dir", lambda: tmp_path / "medvl-demo")
     with pytest.raises(ModelNotFoundError, match="make demo-models"):
@@ -82,7 +83,7 @@ from pathlib import Path
 import numpy as np, torch
 torch.set_num_threads(int(sys.argv[1]))
 from medvl_engine import synthetic
-from medvl_engine.training.synthetic_bags import make_synthetic_bags
+from medvl_engine.tasks.limit.synthetic_bags import make_synthetic_bags
 import zarr
 digest = {}
 out = Path(tempfile.mkdtemp())
@@ -104,7 +105,7 @@ _HASH_FIT = r"""
 import hashlib, sys
 import torch
 torch.set_num_threads(int(sys.argv[1]))
-from medvl_engine.training.pathology_demo import fit_demo_model
+from medvl_engine.tasks.limit.demo_recipe import fit_demo_model
 state, _ = fit_demo_model(0)
 print(sorted((k, hashlib.sha256(v.numpy().tobytes()).hexdigest()) for k, v in state.items()))
 """
@@ -147,7 +148,7 @@ def test_demo_fit_is_bitwise_equal_with_1_and_2_threads_and_equals_the_shipped_w
 
 @pytest.mark.slow
 def test_rebuilt_demo_model_reproduces_the_card_within_tolerance(tmp_path):
-    from medvl_engine.training.pathology_demo import build_demo_model
+    from medvl_engine.tasks.limit.demo_recipe import build_demo_model
 
     folder = build_demo_model(tmp_path / "medvl-demo", seed=0)
     rebuilt = json.loads((folder / "config.json").read_text())["test_metrics"]

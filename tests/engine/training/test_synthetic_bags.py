@@ -11,8 +11,8 @@ import zarr
 
 from medvl_engine.data import read_manifest
 from medvl_engine.synthetic._errors import SyntheticDataError
-from medvl_engine.synthetic._reports import DIAGNOSES, make_diagnosis_report
-from medvl_engine.training.synthetic_bags import (
+from medvl_engine.synthetic.reports import DIAGNOSES, make_diagnosis_report
+from medvl_engine.tasks.limit.synthetic_bags import (
     BACKGROUND_CLASSES,
     DIAGNOSTIC_CLASSES,
     make_synthetic_bags,

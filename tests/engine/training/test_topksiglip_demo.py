@@ -17,7 +17,7 @@ from medvl_engine import demo_models
 from medvl_engine.encoders.resolve import registered_model_dir, resolve_topksiglip
 from medvl_engine.errors import ModelNotFoundError
 from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
-from medvl_engine.training import _topksiglip_demo
+from medvl_engine.tasks.topksiglip import demo_recipe as _topksiglip_demo
 from medvl_engine.training.checkpoint import load_checkpoint, save_checkpoint
 
 torch.set_num_threads(1)
@@ -215,8 +215,8 @@ def _shipped_test_metrics(tmp_path: Path) -> dict[str, float]:
     """Point metrics of the shipped weights on the recipe's test breasts, computed the way the
     eval action computes them (same breasts, loader and readouts)."""
     from medvl_engine.data.mammo_dataset import MammoDataset, disk_cached_loader, load_breast
-    from medvl_engine.evaluation.mammography import model_readouts, readout_metrics
-    from medvl_engine.training.topksiglip_task import synthetic_records
+    from medvl_engine.tasks.topksiglip.evaluation import model_readouts, readout_metrics
+    from medvl_engine.tasks.topksiglip.task import synthetic_records
 
     task = _topksiglip_demo.DEMO_CONFIG["task"]
     records = synthetic_records(

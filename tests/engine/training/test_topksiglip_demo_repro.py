@@ -20,9 +20,9 @@ RUN = """
 import copy, json, sys
 import numpy as np, torch
 torch.set_num_threads(int(sys.argv[3]))
-from medvl_engine.training import _topksiglip_demo as demo
+from medvl_engine.tasks.topksiglip import demo_recipe as demo
 from medvl_engine.training.loop import train
-from medvl_engine.training.topksiglip_task import build_task
+from medvl_engine.tasks.topksiglip.task import build_task
 recipe = copy.deepcopy(demo.DEMO_CONFIG)
 recipe["run"].update(epochs=5, warmup_steps=2, log_every=5)
 recipe["task"].update(

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 
 from medvl_engine.cli.train import main as train_main
 from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
+from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
 from medvl_engine.training import RunConfig, train
-from medvl_engine.training.topksiglip_task import TopKSigLIPTaskConfig, build_task
 from tests.support.gloo import join_group, leave
 
 torch.set_num_threads(1)
@@ -208,7 +208,7 @@ def test_a_saved_model_is_evaluated_with_zero_epochs_and_by_the_eval_action(
     )
     assert all(torch.equal(before[key], after[key]) for key in before)
 
-    from medvl_engine.training.topksiglip_task import ACTIONS
+    from medvl_engine.tasks.topksiglip.task import ACTIONS
 
     capsys.readouterr()
     # without the probe, eval reads (here: writes) the test cohort and nothing else

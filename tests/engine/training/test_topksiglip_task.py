@@ -11,22 +11,22 @@ import torch
 
 from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS
 from medvl_engine.data.patch_geometry import PatchGeometry
-from medvl_engine.evaluation.mammography import (
+from medvl_engine.models.topksiglip import build_topksiglip
+from medvl_engine.models.topksiglip_folder import load_topksiglip
+from medvl_engine.tasks.topksiglip.evaluation import (
     MammoEvalOutputs,
     linear_probe_auroc,
     localisation_metrics,
     zero_shot_metrics,
 )
-from medvl_engine.models.topksiglip import build_topksiglip
-from medvl_engine.models.topksiglip_folder import load_topksiglip
-from medvl_engine.training import RunConfig, train
-from medvl_engine.training.topksiglip_task import (
+from medvl_engine.tasks.topksiglip.task import (
     TopKSigLIPTask,
     TopKSigLIPTaskConfig,
     build_task,
     selection_metrics,
     shuffle_sentences,
 )
+from medvl_engine.training import RunConfig, train
 
 torch.set_num_threads(1)
 
@@ -245,8 +245,8 @@ def test_linear_probe_separable():
 def test_recipes_parse_with_the_paper_values(tmp_path):
     from pathlib import Path
 
+    from medvl_engine.tasks.topksiglip.task import CONFIG_CLASS
     from medvl_engine.training import load_config
-    from medvl_engine.training.topksiglip_task import CONFIG_CLASS
 
     train_dir = Path(__file__).resolve().parents[3] / "train"
     manifest = tmp_path / "m.csv"  # the manifest must exist when the config is loaded
