@@ -7,7 +7,7 @@ STAMP := $(VENV)/.medvl-installed
 DEV_STAMP := $(VENV)/.medvl-dev-installed
 TORCH_CPU := torch==2.13.0
 
-.PHONY: demo demo-models test check-core lint bench clean install
+.PHONY: demo demo-models test check-core lint bench clean install docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +45,12 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 
+# The documentation site (docs/, mkdocs.yml) into site/; warnings are errors.
+docs: $(DEV_STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	for b in bench/bench_*.py; do echo "== $$b"; tools/with_display.sh --optional $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache site

@@ -13,7 +13,7 @@ on this display. The first heatmap (features extracted, visible patches first) a
 re-prompt are measured on the progressive levels with synchronous slicing, and beside the
 re-prompts the same number of bare redraws (the heatmap layer's contrast limits changed).
 The re-prompts run four times, alternately with the top-patch layer's mesh shader programs
-kept across new rectangles (napari_medvl._mesh_shaders, what the dock does) and rebuilt for
+kept across new rectangles (napari_medvl._napari_compat, what the dock does) and rebuilt for
 each new set (vispy's default), and the two are compared.
 Opening the heatmap dock is measured too: it adds the slide's overlay layers, empty, when it
 binds the slide (a result then only fills them), and only then loads its model in the
@@ -213,9 +213,9 @@ def _reprompts(app, probe, widget, heat) -> tuple[list[float], list[float]]:
 @contextmanager
 def _mesh_programs(viewer, boxes, keep: bool) -> Iterator[None]:
     """With ``keep`` False, the top-patch layer's meshes rebuild their shader programs on new
-    rectangles as vispy does by default (napari_medvl._mesh_shaders keeps them); put back
+    rectangles as vispy does by default (napari_medvl._napari_compat keeps them); put back
     afterwards."""
-    from napari_medvl._mesh_shaders import keep_mesh_shaders
+    from napari_medvl._napari_compat import keep_mesh_shaders
 
     assert keep_mesh_shaders(viewer, boxes), "this napari has no shapes meshes to keep"
     node = viewer.window._qt_viewer.canvas.layer_to_visual[boxes].node

@@ -20,7 +20,8 @@ from scipy import ndimage
 
 from medvl_engine.io.slide import open_slide
 from medvl_engine.synthetic import make_synthetic_slide
-from medvl_engine.tiling import _closing, patch_grid, tissue_mask
+from medvl_engine.tiling import patch_grid, tissue_mask
+from medvl_engine.tiling._mask import closing
 
 ROUNDS = 3
 RADIUS_PX = 12.5  # 50 um at 4 um per mask px
@@ -48,7 +49,7 @@ def main() -> None:
     fast_s, exact_s = [], []
     pad = len(offsets)
     for _ in range(ROUNDS):
-        elapsed, fast = _timed(lambda: _closing(noisy, RADIUS_PX))
+        elapsed, fast = _timed(lambda: closing(noisy, RADIUS_PX))
         fast_s.append(elapsed)
         elapsed, exact = _timed(
             lambda: ndimage.binary_closing(np.pad(noisy, pad), structure=disk)[pad:-pad, pad:-pad]

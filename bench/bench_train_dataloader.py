@@ -137,7 +137,8 @@ def _limit_task(root: Path, slides: int, patches: int, out_dir: Path):
 
 def _topk_task(root: Path, breasts: int, batch: int, view_size: list[int], out_dir: Path):
     from medvl_engine.data.mammo_dataset import load_breast
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.task import build_task
     from medvl_engine.training import RunConfig
 
     config = TopKSigLIPTaskConfig(

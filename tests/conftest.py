@@ -149,7 +149,7 @@ def run_limited():
 
     def run(
         command: Sequence[str] | str,
-        timeout_s: float = 10.0,
+        timeout_s: float = 60.0,
         max_mb: float = 1024.0,
         address_space_mb: float = 3072.0,
     ) -> tuple[int, str, str, float]:

@@ -2,7 +2,8 @@
 # The engine installed alone: a fresh virtual environment outside the checkout gets the CPU
 # torch and `pip install .` (no extras, not editable). No viewer package may come with it;
 # `medvl info` describes a synthetic slide and mammogram, and `medvl-train` trains the toy
-# TopKSigLIP of train/topksiglip_tiny.yaml for one step. Nothing is written into the checkout.
+# TopKSigLIP of the installed package's topksiglip_tiny.yaml recipe (proving the recipes ship as
+# package data) for one step. Nothing is written into the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 checkout=$PWD
@@ -54,7 +55,10 @@ make_mammogram_case("inputs/mammograms", seed=0, size=(256, 160), laterality="L"
 PY
 "$work/venv/bin/medvl" info inputs/slide.tiff inputs/mammograms/*_L_CC.dcm
 
-"$work/venv/bin/medvl-train" topksiglip --config "$checkout/train/topksiglip_tiny.yaml" \
+recipe=$("$work/venv/bin/python" -c 'from medvl_engine.training.registry import recipe_path
+print(recipe_path("topksiglip", "topksiglip_tiny.yaml"))')
+case "$recipe" in "$checkout"/*) echo "the recipe came from the checkout, not the install" >&2; exit 1 ;; esac
+"$work/venv/bin/medvl-train" topksiglip --config "$recipe" \
   run.max_steps=1 run.progress=false \
   run.out_dir="$work/run" task.synthetic_dir="$work/run/data" > "$work/train.log"
 tail -n 16 "$work/train.log"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medvl_engine.errors import ConfigError, MedVLError
+from medvl_engine.errors import MedVLError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -144,26 +144,34 @@ def _load_models(model: str, topk_model: str) -> tuple[Future[Any], Future[Any]]
 
 
 def _run_pathology(scene: DemoScene, model: str, loading: Future[Any], progress: Progress) -> None:
-    from medvl_engine.features import extract_features
-    from medvl_engine.heatmap import similarity_map, top_patches
-    from medvl_engine.io.slide import open_slide
-    from medvl_engine.tiling import patch_grid
+    from medvl_engine.pathology import final, prompt_heatmap
 
     scene.model = model
     try:
         progress(f"loading encoder {model}")
         with scene.stage("load encoder"):  # the part not hidden behind the inputs' painting
             encoder = loading.result()
-        with scene.stage("features"):
-            slide = open_slide(scene.slide_path)
-            grid = patch_grid(slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp)
-            progress(f"extracting features of {len(grid.coords)} patches")
-            store = extract_features(slide, encoder, grid, scene.out / "features.zarr")
-        with scene.stage("heatmap"):
-            text = encoder.encode_text([scene.prompt])
-            scene.encoder, scene.feature_store = encoder, store
-            scene.heatmap = similarity_map(store, text, prompt=scene.prompt)
-            scene.top_patches = top_patches(store, scene.heatmap.scores, n=10)
+        said: list[int] = []
+
+        def say_total(done: int, total: int) -> None:
+            if not said:
+                said.append(total)
+                progress(f"extracting features of {total} patches")
+
+        with scene.stage("features and heatmap"):
+            result = final(
+                prompt_heatmap(
+                    scene.slide_path,
+                    scene.prompt,
+                    encoder,
+                    top_n=10,
+                    store_path=scene.out / "features.zarr",
+                    partials=False,
+                    progress=say_total,
+                )
+            )
+        scene.encoder, scene.feature_store = encoder, result.store
+        scene.heatmap, scene.top_patches = result.heatmap, result.top_patches
     except MedVLError as error:
         scene.notes.append(f"slide heatmap skipped: {error}")
 
@@ -171,28 +179,22 @@ def _run_pathology(scene: DemoScene, model: str, loading: Future[Any], progress:
 def _run_mammography(
     scene: DemoScene, model: str, loading: Future[Any], k: int | None, progress: Progress
 ) -> None:
-    from medvl_engine.io.mammo import breast_image, open_mammogram
-    from medvl_engine.models.topksiglip_inference import predict_topk
+    from medvl_engine.io.mammo import check_pair
+    from medvl_engine.mammography import PAPER_VIEW_SIZE, open_views, resolve_k, topk
 
     scene.topk_model = model
     try:
         with scene.stage("open mammograms"):
-            cc_path, mlo_path = scene.mammogram_paths()
-            cc, mlo = open_mammogram(cc_path), open_mammogram(mlo_path)
-            scene.breast = breast_image(cc, mlo)
+            cc, mlo = open_views(*scene.mammogram_paths())
+            check_pair(cc, mlo)
         progress(f"loading TopKSigLIP model {model}")
         with scene.stage("load TopK model"):
             topk_model = loading.result()
-        k = k or int(topk_model.config.k)  # default: the K the model was trained with
-        candidates = int(topk_model.geometry.num_candidates)
-        if not 1 <= k <= candidates:
-            raise ConfigError(
-                f"K = {k} is not possible with TopK model {model}: choose 1 to {candidates} "
-                "(its candidate patches)."
-            )
+        k = resolve_k(topk_model, k or None, model)  # default: the K the model was trained with
         progress(f"running TopK-Patch (K = {k})")
         with scene.stage("TopK"):
-            scene.topk = predict_topk(topk_model, scene.breast, k=k)
+            run = topk(cc, mlo, topk_model, k=k, view_size=PAPER_VIEW_SIZE, model_name=model)
+            scene.topk, scene.breast = run.result, run.breast
     except MedVLError as error:
         scene.notes.append(f"TopK skipped: {error}")
 

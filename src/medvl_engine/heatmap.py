@@ -33,6 +33,7 @@ __all__ = [
     "PromptEncoder",
     "normalize_scores",
     "patch_scores",
+    "place_scores",
     "similarity_map",
     "top_patches",
 ]
@@ -175,9 +176,6 @@ def similarity_map(
             raise ValueError(f"known marks {known.size} patches, the store holds {raw.size}")
         scores = np.full(raw.shape, np.nan, dtype=np.float32)
         scores[known] = normalize_scores(raw[known], normalize, fixed_range)
-    grid = _scores_to_grid(store, scores)
-    if smooth_sigma > 0:
-        grid = _smooth(grid, smooth_sigma)
     if normalize in ("percentile", "minmax", "fixed"):
         shown = (0.0, 1.0)
     elif mode == "softmax":
@@ -185,6 +183,35 @@ def similarity_map(
     else:
         finite = scores[np.isfinite(scores)]
         shown = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    return place_scores(
+        store,
+        scores,
+        mode=mode,
+        normalize=normalize,
+        prompt=prompt,
+        value_range=shown,
+        smooth_sigma=smooth_sigma,
+    )
+
+
+def place_scores(
+    store: FeatureStore,
+    scores: np.ndarray,
+    *,
+    mode: str = "cosine",
+    normalize: str = "none",
+    prompt: str = "",
+    value_range: tuple[float, float] = (0.0, 1.0),
+    smooth_sigma: float = 0.0,
+) -> Heatmap:
+    """Per-patch ``scores`` float32 [N] (store order, NaN = none) as a Heatmap on the store's
+    grid: one cell per stride step (the mean of the patches covering it), placed in the world
+    frame (micrometres when the store has an mpp, else level-0 px; see the module docstring).
+    ``smooth_sigma`` (in grid cells) applies a NaN-aware Gaussian; the other arguments are
+    recorded on the Heatmap as they are."""
+    grid = _scores_to_grid(store, scores)
+    if smooth_sigma > 0:
+        grid = _smooth(grid, smooth_sigma)
     layout = _layout(store)
     cell = layout["cell"]
     origin_x, origin_y = layout["origin"]
@@ -203,7 +230,7 @@ def similarity_map(
         mode=mode,
         normalize=normalize,
         prompt=prompt,
-        value_range=shown,
+        value_range=value_range,
         metadata={"encoder": store.encoder, "slide": store.slide},
     )
 

@@ -135,34 +135,21 @@ def values_heatmap(store: FeatureStore, values: np.ndarray, label: str, mode: st
     per stride step, micrometres when the store has an mpp; ``value_range`` is (min(0, low),
     high) of the finite values.
     """
-    from medvl_engine.heatmap import Heatmap, _layout, _scores_to_grid
+    from medvl_engine.heatmap import place_scores
 
     values = np.asarray(values, dtype=np.float32).reshape(-1)
     if values.shape[0] != store.n_patches:
         raise DataError(
             f"Got {values.shape[0]} values for a feature store of {store.n_patches} patches."
         )
-    layout = _layout(store)
-    cell = layout["cell"]
-    origin_x, origin_y = layout["origin"]
-    if store.mpp is not None:
-        mpp_x, mpp_y, units = float(store.mpp[0]), float(store.mpp[1]), "um"
-    else:
-        mpp_x, mpp_y, units = 1.0, 1.0, "px"
     finite = values[np.isfinite(values)]
     low = min(0.0, float(finite.min())) if finite.size else 0.0
     high = float(finite.max()) if finite.size else 1.0
-    return Heatmap(
-        grid=_scores_to_grid(store, values),
-        scores=values,
-        origin_level0=(origin_x, origin_y),
-        cell_size_level0=cell,
-        scale=(cell * mpp_y, cell * mpp_x),
-        translate=((origin_y + cell / 2) * mpp_y, (origin_x + cell / 2) * mpp_x),
-        units=units,
+    return place_scores(
+        store,
+        values,
         mode=mode,
         normalize="none",
         prompt=label,
         value_range=(low, high if high > low else low + 1.0),
-        metadata={"encoder": store.encoder, "slide": store.slide},
     )

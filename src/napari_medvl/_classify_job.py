@@ -1,9 +1,9 @@
-"""The slide classification job: encoder, feature store, LIMIT zero-shot scores and attention maps.
+"""The slide classification job: the engine's ``classify`` with progress, and attention maps.
 
-No Qt here; runs inside a thread worker. Features come from the engine's cache
-(:func:`medvl_engine.features.slide_features`, shared with ``medvl classify``) or from a
-features file the user names; the encoder and stores stay loaded in a ``ClassifyCache``. Every
-class's attention map is built here, so choosing another class in the dock only swaps arrays.
+No Qt here; runs inside a thread worker. :func:`medvl_engine.pathology.classify` (the call
+``medvl classify`` makes) takes the features from the engine's cache or a features file the
+user names; the encoder and stores stay loaded in a ``ClassifyCache``. Every class's attention
+map is built here, so choosing another class in the dock only swaps arrays.
 """
 
 from __future__ import annotations
@@ -60,13 +60,9 @@ def classify_job(
 ) -> Generator[Progress, None, ClassifyOutcome]:
     """Generator job: load the encoder, get the slide's features, score classes, build maps."""
     from medvl_engine.encoders import load_encoder
-    from medvl_engine.errors import CancelledError, ConfigError, DataError
-    from medvl_engine.features import open_features_for_slide, slide_features
-    from medvl_engine.slide_classification import (
-        attention_heatmap,
-        classify_with_attention,
-        model_tau_attn,
-    )
+    from medvl_engine.errors import CancelledError, ConfigError
+    from medvl_engine.pathology import classify
+    from medvl_engine.slide_classification import model_tau_attn
 
     if len(request.classes) < 2:
         raise ConfigError("Give at least two classes, one per line, to choose between.")
@@ -78,42 +74,35 @@ def classify_job(
         cache.encoders[request.model] = encoder
     key = (str(request.slide.path), request.model, str(request.features or ""))
     store = request.store if request.store is not None else cache.stores.get(key)
-    if store is not None and store.embed_dim != encoder.embed_dim:
-        raise DataError(
-            f"The slide's features are {store.embed_dim}-dimensional but {encoder.name} embeds "
-            f"prompts in {encoder.embed_dim}; choose the model the features were extracted with.",
+    tau = request.tau_attn if request.tau_attn is not None else model_tau_attn(request.model)
+
+    def run(features: Any, progress: Any = None) -> Any:
+        return classify(
+            request.slide,
+            list(request.classes),
+            encoder,
+            tau_attn=tau,
+            features=features,
+            store_path=_store_path(cache, request, encoder),
+            progress=progress,
+            cancel=cancel,
         )
-    if store is None:
-        if request.features is not None:
+
+    if store is not None or request.features is not None:
+        if store is None:
             yield Progress("reading features")
-            store = open_features_for_slide(request.features, request.slide)
-            if store.embed_dim != encoder.embed_dim:
-                raise DataError(
-                    f"{Path(request.features).name} holds {store.embed_dim}-dimensional "
-                    f"features but {encoder.name} embeds prompts in {encoder.embed_dim}; "
-                    "choose the model the features were extracted with.",
-                    request.features,
-                )
-            if store.mpp is None and request.slide.mpp is not None:
-                store.mpp = tuple(request.slide.mpp)
         else:
-            store = yield from run_with_progress(
-                "features",
-                lambda progress: slide_features(
-                    request.slide, encoder, _store_path(cache, request, encoder), progress=progress
-                ),
-                cancel=cancel,
-            )
-        cache.stores[key] = store
+            yield Progress("scoring classes")
+        result = run(store if store is not None else request.features)
+    else:
+        result = yield from run_with_progress(
+            "features", lambda progress: run(None, progress), cancel=cancel
+        )
+    cache.stores[key] = result.store
     if cancel is not None and cancel.is_set():
         raise CancelledError("The classification was cancelled.")
     yield Progress("scoring classes")
-    tau = request.tau_attn if request.tau_attn is not None else model_tau_attn(request.model)
-    classification = classify_with_attention(store, encoder, list(request.classes), tau)
-    heatmaps = {
-        name: attention_heatmap(store, classification, name) for name in classification.names
-    }
-    return ClassifyOutcome(request, classification, heatmaps, store)
+    return ClassifyOutcome(request, result.classification, result.attention_maps(), result.store)
 
 
 def _store_path(cache: ClassifyCache, request: ClassifyRequest, encoder: Any) -> Path | None:

@@ -7,12 +7,15 @@ the layer's contrast limits, with 0 marked on a signed (diverging) map.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from qtpy.QtCore import Qt
 from qtpy.QtGui import QColor, QImage, QPixmap
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+if TYPE_CHECKING:
+    import napari
 
 __all__ = ["ColorBar", "colorbar_caption", "legend_layer", "shows_legend"]
 
@@ -53,7 +56,7 @@ def shows_legend(layer: Any, kinds: tuple[str, ...]) -> bool:
     )
 
 
-def legend_layer(viewer: Any, kinds: tuple[str, ...]) -> Any:
+def legend_layer(viewer: napari.Viewer, kinds: tuple[str, ...]) -> Any:
     """The overlay of ``kinds`` whose colour bar a dock opening on ``viewer`` shows: the
     active layer when it is one, else the topmost one; None when there is none."""
     active = viewer.layers.selection.active
@@ -108,7 +111,9 @@ class ColorBar(QWidget):
         if name != self.colormap:
             lut = (colormap_lut(name, 256) * 255.0 + 0.5).astype(np.uint8)
             rgba = np.ascontiguousarray(np.repeat(lut[None], _BAR_HEIGHT, axis=0))
-            image = QImage(rgba.data, 256, _BAR_HEIGHT, 4 * 256, QImage.Format.Format_RGBA8888)
+            image = QImage(  # type: ignore[call-overload]  # the stubs omit the buffer form
+                rgba.data, 256, _BAR_HEIGHT, 4 * 256, QImage.Format.Format_RGBA8888
+            )
             self.bar.setPixmap(QPixmap.fromImage(image.copy()))
             self.colormap = name
         low, high = float(limits[0]), float(limits[1])

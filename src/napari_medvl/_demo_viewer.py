@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from napari_medvl._layers import (
-    LayerData,
-    WorldFrame,
-    heatmap_layers,
-    mammogram_layers,
-    slide_layer,
-)
+from napari_medvl._heatmap_layers import heatmap_layers
+from napari_medvl._layer_frame import LayerData, WorldFrame
+from napari_medvl._mammogram_layers import mammogram_layers
+from napari_medvl._slide_layers import slide_layer
 
 __all__ = ["save_screenshots", "scene_layers", "show_scene"]
 
 SETTLE_MS = 300  # event-loop time given to layout and painting before a screenshot
 SCREENSHOT_WINDOW = (1440, 900)  # main-window size of the saved screenshots (width, height)
+
+
+def _save_png(image: Any, temporary: Path) -> None:
+    image.save(temporary, "PNG")
 
 
 def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
@@ -115,8 +118,6 @@ def show_scene(scene: Any, run: bool = True) -> list[Any]:
 
 def save_screenshots(viewers: list[Any], out: Any) -> list[Any]:
     """Save each viewer's window as ``viewer-<n>.png`` in ``out``, close it, return the paths."""
-    from pathlib import Path
-
     from PIL import Image
     from qtpy.QtTest import QTest
 
@@ -125,12 +126,13 @@ def save_screenshots(viewers: list[Any], out: Any) -> list[Any]:
     written = []
     for number, viewer in enumerate(viewers, start=1):
         viewer.window.resize(*SCREENSHOT_WINDOW)
-        QTest.qWait(SETTLE_MS)
+        QTest.qWait(SETTLE_MS)  # type: ignore[call-arg,arg-type]  # a static method
         viewer.reset_view()
-        QTest.qWait(SETTLE_MS)  # the docks laid out and painted, colour bars included
+        # the docks laid out and painted, colour bars included
+        QTest.qWait(SETTLE_MS)  # type: ignore[call-arg,arg-type]  # a static method
         pixels = viewer.screenshot(canvas_only=False, flash=False)
         image = Image.fromarray(pixels[..., :3])
         path = Path(out) / f"viewer-{number}.png"
-        written.append(atomic_write(path, lambda temporary, i=image: i.save(temporary, "PNG")))
+        written.append(atomic_write(path, partial(_save_png, image)))
         viewer.close()
     return written

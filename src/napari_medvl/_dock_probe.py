@@ -49,6 +49,7 @@ def main(argv: list[str]) -> None:
     module_name, class_name = target.split(":")
     viewer = napari.Viewer(show=False)
     app = QApplication.instance()
+    assert app is not None  # napari.Viewer made it
     app.processEvents()
     seen: list[str] = []
     original_import = builtins.__import__
@@ -69,7 +70,7 @@ def main(argv: list[str]) -> None:
         time.sleep(0.02)
     builtins.__import__ = original_import
     print(json.dumps({"imports": sorted(set(seen)), "opened_ms": opened_ms}))
-    viewer.close()
+    viewer.close()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":

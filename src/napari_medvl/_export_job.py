@@ -60,7 +60,7 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
         from medvl_engine.export import export_heatmap
 
         boxes, scores = metadata.get("top_patches") or (None, None)
-        return export_heatmap(
+        exported: Path = export_heatmap(
             path,
             metadata["heatmap"],
             metadata["feature_store"],
@@ -69,6 +69,7 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
             box_scores=scores,
             model=metadata.get("model"),
         )
+        return exported
     from medvl_engine.export import write_topk_outputs
 
     sources = {view: Path(file) for view, file in metadata.get("sources", {}).items() if file}

@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from magicgui.types import FileDialogMode
 from magicgui.widgets import ComboBox, Container, FileEdit
+from magicgui.widgets.bases import Widget
 
 from napari_medvl._export_job import HEATMAP_SUFFIXES, export_job, exportable
 from napari_medvl._notify import report_info
 from napari_medvl._widget_common import JobControls
 
+if TYPE_CHECKING:
+    import napari
+
 __all__ = ["ExportWidget"]
 
 
-class ExportWidget(Container):
+class ExportWidget(Container[Widget]):
     """Writes the chosen overlay layer with the engine's exporters, by file suffix."""
 
-    def __init__(self, napari_viewer: Any) -> None:
+    def __init__(self, napari_viewer: napari.Viewer) -> None:
         self._viewer = napari_viewer
         self.layer_choice = ComboBox(label="layer", choices=self._choices, nullable=True)
         self.path = FileEdit(
             label="file",
-            mode="w",
+            mode=FileDialogMode.OPTIONAL_FILE,
             filter="*" + " *".join(HEATMAP_SUFFIXES),
-            value=str(Path.home() / "heatmap.geojson"),
+            value=Path.home() / "heatmap.geojson",
         )
         self.controls = JobControls(run_text="Export")
         super().__init__(widgets=[self.layer_choice, self.path, self.controls])
@@ -61,7 +66,7 @@ class ExportWidget(Container):
                 )
             )
             return None
-        return self.runner.start(export_job, dict(layer.metadata), Path(self.path.value))
+        return self.runner.start(export_job, dict(layer.metadata), Path(str(self.path.value)))
 
     def _written(self, path: Path) -> None:
         self.last_written = Path(path)

@@ -115,9 +115,7 @@ def read_features(path: str | Sequence[str], stack: bool = False) -> list[LayerD
     source = Path(path if isinstance(path, str | Path) else path[0])
     try:
         slide = _slide_for(source)
-        store = open_features_for_slide(source, slide)
-        if store.mpp is None and slide.mpp is not None:
-            store.mpp = tuple(slide.mpp)
+        store = open_features_for_slide(source, slide)  # takes the slide's mpp if it has none
     except MedVLError as error:
         report_error(error)
         return NULL_LAYER

@@ -16,13 +16,17 @@ rank label can show. The first result then only swaps data into them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from napari_medvl._event_turns import GLYPH_RANKS, GLYPHS_SCORE
-from napari_medvl._layers import LayerData, heatmap_result_layers
+from napari_medvl._heatmap_layers import heatmap_result_layers
+from napari_medvl._layer_frame import LayerData
 from napari_medvl._widget_common import add_layer, one_refresh, set_if_changed
+
+if TYPE_CHECKING:
+    import napari
 
 __all__ = [
     "PENDING_KIND",
@@ -45,7 +49,7 @@ def overlay_key(slide_path: str, mode: str) -> str:
     return f"{slide_path}|{mode}"
 
 
-def find_overlay(viewer: Any, key: str, layer_type: str = "image") -> Any:
+def find_overlay(viewer: napari.Viewer, key: str, layer_type: str = "image") -> Any:
     """The viewer's heatmap (``image``) or top-patch (``shapes``) layer of overlay ``key``."""
     for layer in viewer.layers:
         if layer.metadata.get("overlay_key") == key and type(layer).__name__.lower() == layer_type:
@@ -61,7 +65,7 @@ def pending_image_layer(key: str, frame: Any, mode: str, style: dict[str, Any]) 
     """An empty heatmap layer for overlay ``key``: one transparent (NaN) cell of one level-0
     px at the slide's origin, drawn with the colour map a result of ``mode`` would get."""
     from medvl_engine.colormaps import resolve_colormap
-    from napari_medvl._layers import WorldFrame, _units
+    from napari_medvl._layer_frame import WorldFrame, layer_units
     from napari_medvl._overlay_style import napari_colormap
 
     world = frame if isinstance(frame, WorldFrame) else WorldFrame.from_dict(frame or {})
@@ -73,7 +77,7 @@ def pending_image_layer(key: str, frame: Any, mode: str, style: dict[str, Any]) 
         "blending": style.get("blending", "translucent"),
         "contrast_limits": (0.0, 1.0),
         "interpolation2d": "nearest",
-        "units": _units(world),
+        "units": layer_units(world),
         **world.image_transform(),
         "metadata": {"medvl_kind": PENDING_KIND, "overlay_key": key, "mode": mode},
     }
@@ -86,13 +90,8 @@ def pending_boxes_layer(key: str, frame: Any) -> LayerData:
     render the glyphs of rank labels now rather than when the first result's labels appear.
     The label starts hidden: the layer's first draw compiles the shapes' shaders, a later one
     the text's (0.23 s and 0.05 - 0.14 s here; one draw of 0.37 s together)."""
-    from napari_medvl._layers import (
-        RANK_LABEL_COLOR,
-        TOP_PATCH_TEXT,
-        WorldFrame,
-        boxes_layer,
-        rank_label_text,
-    )
+    from napari_medvl._heatmap_layers import RANK_LABEL_COLOR, TOP_PATCH_TEXT, rank_label_text
+    from napari_medvl._layer_frame import WorldFrame, boxes_layer
 
     world = frame if isinstance(frame, WorldFrame) else WorldFrame.from_dict(frame or {})
     data, kwargs, layer_type = boxes_layer(
@@ -111,7 +110,7 @@ def pending_boxes_layer(key: str, frame: Any) -> LayerData:
     return data, kwargs, layer_type
 
 
-def prepare_overlay(viewer: Any, key: str, layer_type: str, build: Any) -> Any:
+def prepare_overlay(viewer: napari.Viewer, key: str, layer_type: str, build: Any) -> Any:
     """The ``image`` or ``shapes`` layer of overlay ``key``, added now if there is none.
 
     A pending (never filled) layer of the same slide for another mode is taken over instead
@@ -121,6 +120,7 @@ def prepare_overlay(viewer: Any, key: str, layer_type: str, build: Any) -> Any:
     existing = find_overlay(viewer, key, layer_type)
     if existing is not None:
         return existing
+    layer: Any  # an image or shapes layer
     for layer in viewer.layers:
         metadata = layer.metadata
         if (
@@ -178,7 +178,7 @@ def _update_boxes(layer: Any, layer_data: LayerData) -> None:
 
 
 def show_overlay(
-    viewer: Any,
+    viewer: napari.Viewer,
     outcome: Any,
     frame: Any,
     key: str,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, cast
 
 from napari.qt.threading import create_worker
 
@@ -52,7 +52,7 @@ class JobRunner:
         return self.worker is not None or (self.displaying is not None and self.displaying())
 
     def start(
-        self, job: Callable[..., Generator[Progress, None, Any]], *args: Any, **kwargs: Any
+        self, job: Callable[..., Generator[Any, None, Any]], *args: Any, **kwargs: Any
     ) -> Any:
         """Cancel any running job and start ``job(*args, cancel=event, **kwargs)``."""
         self.cancel()
@@ -61,11 +61,11 @@ class JobRunner:
         cancel = threading.Event()
         self._cancel = cancel
         self.last_error = None
-        worker = create_worker(job, *args, cancel=cancel, _ignore_errors=True, **kwargs)
+        worker = create_worker(cast(Any, job), *args, cancel=cancel, _ignore_errors=True, **kwargs)
         worker.yielded.connect(lambda report: self._progress(generation, report))
         worker.returned.connect(lambda value: self._returned(generation, value))
         worker.errored.connect(lambda error: self._errored(generation, error))
-        worker.finished.connect(lambda: self._finished(generation))
+        worker.finished.connect(lambda *_: self._finished(generation))
         self.worker = worker
         self._on_state(True)
         worker.start()

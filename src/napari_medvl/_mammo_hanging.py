@@ -18,9 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from napari_medvl._layers import MAMMOGRAM_GAP_PX, MAMMOGRAM_KIND, WorldFrame
+from napari_medvl._layer_frame import WorldFrame
+from napari_medvl._mammogram_layers import MAMMOGRAM_GAP_PX, MAMMOGRAM_KIND
+
+if TYPE_CHECKING:
+    import napari
 
 __all__ = ["HANGING_SLOTS", "HungView", "hang_views", "hanging_frames"]
 
@@ -78,7 +82,7 @@ def _slot_view(view: str | None) -> str | None:
     return view_family(view)
 
 
-def hang_views(viewer: Any, gap: float = MAMMOGRAM_GAP_PX) -> tuple[list[Any], list[str]]:
+def hang_views(viewer: napari.Viewer, gap: float = MAMMOGRAM_GAP_PX) -> tuple[list[Any], list[str]]:
     """Move the viewer's mammogram layers into the four-view hanging.
 
     When several layers claim one slot, the one added last is hung and the others are left

@@ -2,7 +2,7 @@
 
 The importance map takes the shared sequential colour map (:mod:`medvl_engine.colormaps`).
 
-Builds on :func:`napari_medvl._layers.topk_layers` (importance maps and ranked boxes in each
+Builds on :func:`napari_medvl._topk_layers.topk_layers` (importance maps and ranked boxes in each
 view's world frame) and adds, per view, a ``labels`` shapes layer: one filled dark plate in a
 corner band of every box (placed in rank order so that plates of overlapping boxes never cover
 each other), drawn under the boxes, with the rank and score in white on it. The
@@ -22,16 +22,9 @@ import numpy as np
 
 from medvl_engine.colormaps import SEQUENTIAL_MAP
 from napari_medvl._event_turns import GLYPH_RANKS, GLYPHS_SCORE
-from napari_medvl._layers import (
-    TOP_PATCH_OPACITY,
-    TOPK_BOX_COLOR,
-    TOPK_BOX_TEXT,
-    LayerData,
-    WorldFrame,
-    _units,
-    boxes_layer,
-    topk_layers,
-)
+from napari_medvl._heatmap_layers import TOP_PATCH_OPACITY
+from napari_medvl._layer_frame import LayerData, WorldFrame, boxes_layer, layer_units
+from napari_medvl._topk_layers import TOPK_BOX_COLOR, TOPK_BOX_TEXT, topk_layers
 
 __all__ = [
     "LABEL_COLOR",
@@ -210,7 +203,7 @@ def _pending_importance(name: str, frame: WorldFrame) -> LayerData:
         "blending": "additive",
         "contrast_limits": (0.0, 1.0),
         "interpolation2d": "nearest",
-        "units": _units(frame),
+        "units": layer_units(frame),
         "affine": affine,
     }
     return _pending((np.full((1, 1), np.nan, dtype=np.float32), kwargs, "image"))

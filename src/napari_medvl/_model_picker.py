@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from magicgui.widgets import ComboBox, Container, PushButton
+from magicgui.widgets.bases import Widget
 
 __all__ = ["BROWSE", "ModelPicker"]
 
 BROWSE = "browse..."
 
 
-class ModelPicker(Container):
+class ModelPicker(Container[Widget]):
     """Combo box of models of one family (``"topksiglip"`` or ``"encoder"``) and a refresh."""
 
     def __init__(self, family: str, default: str, label: str = "model") -> None:

@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 __all__ = ["Progress", "run_with_progress"]
 
@@ -86,4 +86,4 @@ def run_with_progress(
     helper.join()
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"]
+    return cast(T, outcome["value"])

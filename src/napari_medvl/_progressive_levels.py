@@ -310,6 +310,7 @@ class ProgressiveLevel:
             int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
         )
         preview = np.take(np.take(coarse, rows - rows[0], axis=0), cols - cols[0], axis=1)
+        assert isinstance(preview, np.ndarray)
         if exact:
             self._previews[key] = preview
             while len(self._previews) > MAX_PREVIEWS:

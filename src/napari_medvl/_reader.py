@@ -12,14 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from napari_medvl._layers import (
-    MAMMOGRAM_GAP_PX,
-    MAMMOGRAM_KIND,
-    LayerData,
-    mammogram_layers,
-    slide_layer,
-)
+from napari_medvl._layer_frame import LayerData
+from napari_medvl._mammogram_layers import MAMMOGRAM_GAP_PX, MAMMOGRAM_KIND, mammogram_layers
 from napari_medvl._notify import report_error
+from napari_medvl._slide_layers import slide_layer
 
 __all__ = ["READ_SUFFIXES", "get_reader", "read_paths"]
 

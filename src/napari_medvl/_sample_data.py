@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from medvl_engine import atomic_directory
 from medvl_engine.common.cache import cache_dir
-from napari_medvl._layers import LayerData, mammogram_layers, slide_layer
+from napari_medvl._layer_frame import LayerData
+from napari_medvl._mammogram_layers import mammogram_layers
+from napari_medvl._slide_layers import slide_layer
 
 __all__ = [
     "SAMPLE_SLIDE_SIZE",
@@ -32,26 +35,28 @@ SAMPLE_SEED = 7
 _SAMPLE_VERSION = "v1"
 
 
-def _generate_once(name: str, make: Callable[[Path], dict]) -> dict:
+def _generate_once(name: str, make: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
     """Run ``make(folder)`` once per cache; returns the dict it wrote to info.json."""
     final = cache_dir("samples", create=True) / f"{name}-{_SAMPLE_VERSION}"
     info_path = final / "info.json"
     if info_path.is_file():
-        return json.loads(info_path.read_text())
+        known: dict[str, Any] = json.loads(info_path.read_text())
+        return known
 
     def fill(staging: Path) -> None:
         info = make(staging)
         (staging / "info.json").write_text(json.dumps(info, indent=2))
 
     atomic_directory(final, fill, what="sample data folder", keep_if_present="info.json")
-    return json.loads(info_path.read_text())
+    made: dict[str, Any] = json.loads(info_path.read_text())
+    return made
 
 
 def ensure_sample_slide() -> Path:
     """Path of the cached synthetic H&E slide (pyramidal TIFF, 0.5 um/px), made on first use."""
     from medvl_engine.synthetic import make_synthetic_slide
 
-    def make(folder: Path) -> dict:
+    def make(folder: Path) -> dict[str, Any]:
         made = make_synthetic_slide(
             folder / "synthetic-he.tiff",
             seed=SAMPLE_SEED,
@@ -62,14 +67,14 @@ def ensure_sample_slide() -> Path:
         return {"slide": Path(made.path).name, "report": made.report}
 
     info = _generate_once("slide", make)
-    return cache_dir("samples", create=True) / f"slide-{_SAMPLE_VERSION}" / info["slide"]
+    return cache_dir("samples", create=True) / f"slide-{_SAMPLE_VERSION}" / str(info["slide"])
 
 
 def ensure_sample_mammograms() -> tuple[Path, Path]:
     """Paths (CC, MLO) of the cached synthetic mammogram pair (DICOM), made on first use."""
     from medvl_engine.synthetic import make_mammogram_case
 
-    def make(folder: Path) -> dict:
+    def make(folder: Path) -> dict[str, Any]:
         case = make_mammogram_case(folder, seed=SAMPLE_SEED, laterality="L", findings=["mass"])
         return {
             "cc": Path(case.cc_path).name,
@@ -102,7 +107,7 @@ def ensure_sample_exam() -> list[Path]:
     """Paths of a cached synthetic screening exam: R CC, R MLO, L CC, L MLO of one patient."""
     from medvl_engine.synthetic import make_mammogram_case
 
-    def make(folder: Path) -> dict:
+    def make(folder: Path) -> dict[str, Any]:
         files = []
         for seed, laterality, findings in (
             (SAMPLE_SEED + 1, "R", []),

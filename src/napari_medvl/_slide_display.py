@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from qtpy.QtCore import QObject, Qt, QTimer, Signal
+from qtpy import QtCore
+from qtpy.QtCore import QObject, Qt, QTimer
 
 from napari_medvl._notify import report_error
 from napari_medvl._progressive_levels import BLOCK_TARGET_PX, BlockStore, progressive_levels
+
+Signal = QtCore.Signal  # type: ignore[attr-defined]  # qtpy's alias of pyqtSignal
 
 __all__ = ["MAX_REFRESH_WAIT_MS", "REFRESH_MS", "SlideRefresher", "display_levels"]
 

@@ -62,10 +62,10 @@ def topk_job(
     cancel: threading.Event | None = None,
 ) -> Generator[Progress, None, TopKOutcome]:
     """Generator job: load the model (once; ``loading`` holds the events of loads already
-    under way, see :func:`preload_topk_model`), build the breast image, run TopK-Patch."""
-    from medvl_engine.io.mammo import breast_image
+    under way, see :func:`preload_topk_model`), then :func:`medvl_engine.mammography.topk`
+    (K checked, breast image at the paper's 1536 x 1536, TopK-Patch, zero-shot readouts)."""
+    from medvl_engine.mammography import PAPER_VIEW_SIZE, topk
     from medvl_engine.models.topksiglip_folder import load_topksiglip
-    from medvl_engine.models.topksiglip_inference import predict_topk
 
     yield from wait_for_load(loading or {}, request.model, cancel, "TopK")
     model = models.get(request.model)
@@ -74,21 +74,19 @@ def topk_job(
             "loading model", lambda progress: load_topksiglip(request.model), cancel=cancel
         )
         models[request.model] = model
-    candidates = model.geometry.num_candidates
-    if request.k > candidates:
-        from medvl_engine.errors import ConfigError
-
-        raise ConfigError(
-            f"K = {request.k} exceeds the {candidates} candidate patches of model "
-            f"{request.model}; choose K of at most {candidates}."
-        )
-    yield Progress("breast image")
-    breast = breast_image(request.cc, request.mlo)
-    result = yield from run_with_progress(
+    run = yield from run_with_progress(
         "TopK-Patch",
-        lambda progress: predict_topk(model, breast, k=request.k),
+        lambda progress: topk(
+            request.cc,
+            request.mlo,
+            model,
+            k=request.k,
+            view_size=PAPER_VIEW_SIZE,
+            model_name=request.model,
+        ),
         cancel=cancel,
     )
+    result, breast = run.result, run.breast
     layers = None
     if request.frames is not None:
         from napari_medvl._mammo_layers import readable_topk_layers

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magicgui.widgets import Container, Label, ProgressBar, PushButton
+from magicgui.widgets.bases import Widget
 
 from napari_medvl._job_runner import JobRunner
-from napari_medvl._layers import LayerData
+from napari_medvl._layer_frame import LayerData
 from napari_medvl._progress import Progress
+
+if TYPE_CHECKING:
+    import napari
 
 __all__ = [
     "JobControls",
@@ -22,7 +26,7 @@ __all__ = [
 ]
 
 
-def layers_of_kind(viewer: Any, kind: str) -> list[tuple[str, Any]]:
+def layers_of_kind(viewer: napari.Viewer, kind: str) -> list[tuple[str, Any]]:
     """(name, layer) of the viewer's layers whose metadata says ``medvl_kind == kind``."""
     return [
         (layer.name, layer)
@@ -31,12 +35,12 @@ def layers_of_kind(viewer: Any, kind: str) -> list[tuple[str, Any]]:
     ]
 
 
-def add_layer(viewer: Any, layer_data: LayerData) -> Any:
+def add_layer(viewer: napari.Viewer, layer_data: LayerData) -> Any:
     """Add the layer to ``viewer``; a shapes layer's meshes then keep their shader programs
-    when its rectangles are replaced (``_mesh_shaders``). Returns the layer."""
+    when its rectangles are replaced (``_napari_compat.keep_mesh_shaders``). Returns the layer."""
     from napari.layers import Layer
 
-    from napari_medvl._mesh_shaders import keep_mesh_shaders
+    from napari_medvl._napari_compat import keep_mesh_shaders
 
     layer = viewer.add_layer(Layer.create(*layer_data))
     if layer_data[2] == "shapes":
@@ -44,7 +48,7 @@ def add_layer(viewer: Any, layer_data: LayerData) -> Any:
     return layer
 
 
-def upsert_layer(viewer: Any, layer_data: LayerData) -> Any:
+def upsert_layer(viewer: napari.Viewer, layer_data: LayerData) -> Any:
     """Add the layer, or replace the data and settings of a same-named layer of the same type.
 
     Re-running a prompt updates its layer in place instead of piling up copies. Plain image
@@ -53,11 +57,11 @@ def upsert_layer(viewer: Any, layer_data: LayerData) -> Any:
     """
     data, kwargs, layer_type = layer_data
     name = kwargs.get("name")
-    if name in viewer.layers and type(viewer.layers[name]).__name__.lower() == layer_type:
-        existing = viewer.layers[name]
+    existing = next((layer for layer in viewer.layers if layer.name == name), None)
+    if existing is not None and type(existing).__name__.lower() == layer_type:
         if _update_in_place(existing, data, kwargs, layer_type):
             return existing
-        viewer.layers.remove(name)
+        viewer.layers.remove(existing)
     return add_layer(viewer, layer_data)
 
 
@@ -160,7 +164,7 @@ def _update_in_place(layer: Any, data: Any, kwargs: dict[str, Any], layer_type: 
     return True
 
 
-class JobControls(Container):
+class JobControls(Container[Widget]):
     """Run and Cancel buttons, a progress bar and a status line bound to one JobRunner."""
 
     def __init__(self, run_text: str = "Run") -> None:
@@ -227,9 +231,9 @@ class JobControls(Container):
         from qtpy.QtGui import QKeySequence
 
         try:
-            from qtpy.QtGui import QShortcut
+            from qtpy.QtGui import QShortcut  # type: ignore[attr-defined]  # Qt6 only
         except ImportError:  # Qt5 keeps it in QtWidgets
-            from qtpy.QtWidgets import QShortcut
+            from qtpy.QtWidgets import QShortcut  # type: ignore[attr-defined]
 
         shortcut = QShortcut(QKeySequence(sequence), dock)
         shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)

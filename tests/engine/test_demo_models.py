@@ -148,7 +148,7 @@ def test_rebuild_loads_the_text_tower_quietly_unless_verbose(
     code = (
         "import sys, types\n"
         "from pathlib import Path\n"
-        "from medvl_engine.training import demo_models as entry\n"
+        "from medvl_engine.tasks import demo_models as entry\n"
         "module = types.ModuleType('fake_recipe')\n"
         "def rebuild_shipped(progress=None):\n"
         "    from medvl_engine.models._bert_text import MINILM, build_bert_model\n"

@@ -268,10 +268,10 @@ def test_pristine_folders_still_load(models):
 def _resolve(spec: str):
     """The filter as ``medvl-train --allow-code`` resolves it (files need that consent)."""
     from medvl_engine.data.report_filter_loader import allow_code
-    from medvl_engine.tasks.limit.task import _report_filter
+    from medvl_engine.tasks.limit.records import report_filter
 
     with allow_code():
-        return _report_filter(spec)
+        return report_filter(spec)
 
 
 @pytest.mark.parametrize("spec", ["os:system", "subprocess:run", "builtins:eval", "posix:system"])

@@ -2,14 +2,13 @@
 
 A model config with ``patch_size: 1`` or ``target_mpp: 1e-6`` used to queue millions (or lay
 billions) of patches; a grid with ``patch_size_level0`` 0, -224, 1e9 or 1.5 was extracted.
-Each is now one sentence, in well under a second, before a coordinate is allocated or a file
-written.
+Each is now one sentence, before a coordinate is allocated or a file written (how long a
+refusal takes is measured by ``bench/bench_refusals.py``, not asserted here).
 """
 
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -65,17 +64,13 @@ def _mask():
 
 
 def test_a_one_pixel_patch_is_refused_in_words_at_once():
-    started = time.perf_counter()
     with pytest.raises(PatchGridError, match=r"patch_size 1 px is below the smallest patch of 8"):
         patch_grid(HugeSlide(), patch_size=1, target_mpp=0.5, mask=_mask())
-    assert time.perf_counter() - started < 1.0
 
 
 def test_a_target_mpp_of_1e_6_is_refused_in_words_at_once():
-    started = time.perf_counter()
     with pytest.raises(PatchGridError) as caught:
         patch_grid(HugeSlide(), patch_size=224, target_mpp=1e-6, mask=_mask())
-    assert time.perf_counter() - started < 1.0
     message = str(caught.value)
     assert (
         "target_mpp 1e-06 um/px is 2.5e+05 times finer than slide huge.svs (0.25 um/px)" in message
@@ -104,15 +99,13 @@ def test_a_grid_above_the_patch_budget_is_counted_before_it_is_made():
     import tracemalloc
 
     tracemalloc.start()
-    started = time.perf_counter()
     try:
         with pytest.raises(ResourceLimitError) as caught:
             patch_grid(HugeSlide(), patch_size=224, target_mpp=0.25, stride=1, mask=_mask())
-        elapsed = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert elapsed < 1.0 and peak < 50 * 2**20
+    assert peak < 50 * 2**20
     message = str(caught.value)
     assert "would lay 30,000,000,000 patches over slide huge.svs (200,000 x 150,000 px)" in message
     assert f"more than the {MAX_PATCHES:,} one grid may hold (MEDVL_MAX_PATCHES)" in message

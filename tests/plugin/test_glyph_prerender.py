@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from napari_medvl._glyph_prerender import LABEL_CHARACTERS, prerender_glyphs
+from napari_medvl._napari_compat import LABEL_CHARACTERS, prerender_glyphs
 
 
 def _rank_label(viewer):

@@ -18,12 +18,9 @@ from napari_medvl._layers import WorldFrame, rank_label_colors
 
 pytestmark = pytest.mark.gui
 WORKER_TIMEOUT_MS = 120_000
-# Targets: first overlay 2 s after Run, a new prompt 300 ms end to end. On a CI machine whose 2
-# cores are shared the first overlay may take 2 s plus twice the engine work it needs (patch
-# grid, prompt and first patches, timed in the same test); a new prompt gets 2x.
-# bench/bench_plugin_stalls.py prints the times measured on a quiet machine.
-FIRST_OVERLAY_BOUND_S = 2.0
-REPROMPT_BOUND_S = 0.6
+# How soon the first overlay and a new prompt's map appear (targets: 2 s after Run, 300 ms end
+# to end) is measured by bench/bench_plugin_stalls.py and bench/bench_plugin_reprompt.py, not
+# asserted here; these tests check that they come, progressively and from the cached features.
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +51,6 @@ def _widget(viewer, tmp_path, encoder):
     cache = FeatureCache(root=tmp_path / "features")
     cache.encoders["medvl-demo"] = encoder  # loaded once per module: Run starts at the slide
     return HeatmapWidget(viewer, cache=cache)
-
-
-def _first_overlay_engine_work(slide, encoder) -> float:
-    """Seconds the engine needs for a first overlay: patch grid, prompt, four patches."""
-    from medvl_engine.features import read_patches
-    from medvl_engine.tiling import patch_grid
-
-    started = time.perf_counter()
-    grid = patch_grid(slide, patch_size=encoder.patch_size, target_mpp=encoder.target_mpp)
-    encoder.encode_text(["tumor"])
-    encoder.encode_patches(read_patches(slide, grid.coords[:4], grid.level, grid.patch_size))
-    return time.perf_counter() - started
 
 
 def _heatmaps(viewer):
@@ -209,12 +194,9 @@ def test_first_overlay_comes_early_and_cancel_keeps_what_is_done(
         partials.append((time.perf_counter(), update.done, update.total))
 
     widget.runner.on_partial = record
-    engine_s = _first_overlay_engine_work(viewer.layers[0].metadata["slide"], demo_encoder)
-    started = time.perf_counter()
     worker = widget.run()
     qtbot.waitUntil(lambda: len(partials) >= 2, timeout=WORKER_TIMEOUT_MS)
     first_at, first_done, total = partials[0]
-    assert first_at - started < FIRST_OVERLAY_BOUND_S + 2 * engine_s, (first_at - started, engine_s)
     assert 0 < first_done < total
     (heat,) = _heatmaps(viewer)
     shown = int(np.isfinite(heat.data).sum())
@@ -253,25 +235,38 @@ def test_first_overlay_comes_early_and_cancel_keeps_what_is_done(
         np.linalg.norm(store.features, axis=1), 1.0, atol=1e-4
     )  # every row computed
 
-    # a new prompt on the cached features updates the layer within the bound, end to end
+    # a new prompt on the cached features updates the layer, with no extraction
     updated = []
     heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
     widget.prompts.value = "adipose tissue"
-    started = time.perf_counter()
     widget.run()
     qtbot.waitUntil(lambda: bool(updated), timeout=WORKER_TIMEOUT_MS)
-    assert updated[0] - started < REPROMPT_BOUND_S
+    qtbot.waitUntil(lambda: not widget.runner.running, timeout=WORKER_TIMEOUT_MS)
+    assert not widget.last_outcome.extracted
     assert heat.name == "heatmap: adipose tissue"
 
 
 def test_the_dock_loads_its_model_in_the_background(
-    make_napari_viewer, qtbot, tmp_path, medvl_cache
+    make_napari_viewer, qtbot, tmp_path, medvl_cache, monkeypatch
 ):
+    import threading
+
+    from medvl_engine import encoders
+
     viewer = make_napari_viewer()
     cache = FeatureCache(root=tmp_path / "features")
-    started = time.perf_counter()
+    release, real_load = threading.Event(), encoders.load_encoder
+
+    def held_load(*args, **kwargs):
+        release.wait(60)  # a load on the GUI thread would hold the dock this long
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(encoders, "load_encoder", held_load)
     widget = HeatmapWidget(viewer, cache=cache)
-    assert time.perf_counter() - started < 1.0  # the GUI thread does not wait for it
+    assert "medvl-demo" not in cache.encoders  # the dock is built without its model
+    qtbot.waitUntil(lambda: "medvl-demo" in cache.loading, timeout=WORKER_TIMEOUT_MS)
+    assert "medvl-demo" not in cache.encoders  # held in the background; the GUI thread runs on
+    release.set()
     qtbot.waitUntil(lambda: "medvl-demo" in cache.encoders, timeout=WORKER_TIMEOUT_MS)
     assert not cache.loading
     assert widget.runner.worker is None  # no job ran: Run will start at the slide

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import warnings
 
 import numpy as np
@@ -92,12 +91,11 @@ def test_heatmap_widget_adds_heatmap_and_top_patches_in_the_slide_frame(
     patch_labels = small_slide.label_map[y0 // d : (y0 + 224) // d, x0 // d : (x0 + 224) // d]
     assert np.mean(patch_labels == 1) > 0.5
 
-    # a new prompt reuses the loaded features: no extraction, fast, and the same layer
+    # a new prompt reuses the loaded features: no extraction, and the same layer
     layer_count = len(viewer.layers)
-    started = time.perf_counter()
     widget.prompts.value = "adipose tissue"
     run_and_wait(qtbot, widget)
-    assert time.perf_counter() - started < 5.0
+    assert not widget.last_outcome.extracted
     assert viewer.layers["heatmap: adipose tissue"] is heat
     assert "heatmap: tumor" not in viewer.layers
     assert len(viewer.layers) == layer_count

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from napari_medvl._mesh_shaders import keep_mesh_shaders
+from napari_medvl._napari_compat import keep_mesh_shaders
 from napari_medvl._widget_common import add_layer
 
 

@@ -57,9 +57,7 @@ def test_a_read_answers_at_once_with_the_coarser_preview_then_sharp(tmp_path):
     )
     store = levels[0].store
     assert store.wait_idle(10)  # the coarsest level was asked for when the levels were made
-    started = time.perf_counter()
     preview = levels[0][100:180, 200:330]
-    assert time.perf_counter() - started < 0.1  # no decode on the reading thread
     assert "MainThread" not in fine.readers + coarse.readers
     rows = ((np.arange(100, 180) + 0.5) / 4).astype(int)
     cols = ((np.arange(200, 330) + 0.5) / 4).astype(int)
@@ -163,7 +161,7 @@ def test_an_idle_worker_ends_so_a_closed_slides_blocks_are_freed():
     assert store.wait_idle(10) and store.block((0, 1, 1)) is not None
     freed = weakref.ref(store)
     del store
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a hang guard, not a speed claim
     while freed() is not None:
         assert time.monotonic() < deadline, "the store (its cache) was kept alive"
         gc.collect()

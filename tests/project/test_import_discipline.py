@@ -152,3 +152,66 @@ def test_the_plugin_reaches_the_engine_through_its_api_not_the_command_line():
         for path in plugin.rglob("*.py")
     }
     assert {file: names for file, names in offenders.items() if names} == {}
+
+
+def _private_engine_imports(path: Path, src: Path) -> list[str]:
+    """Imports (at any depth, inside functions too) by the module at ``path`` of a private
+    engine module or name: a dotted component after ``medvl_engine`` that starts with ``_``
+    (dunders such as ``__version__`` aside). A private module of the importer's own package
+    (``medvl_engine.cli._pathology`` from ``medvl_engine.cli.cmd_heatmap``) is its own."""
+    package = ".".join(path.relative_to(src).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            targets = [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] != "medvl_engine":
+                continue
+            for index, part in enumerate(parts[1:], start=1):
+                private = part.startswith("_") and not (
+                    part.startswith("__") and part.endswith("__")
+                )
+                if private and ".".join(parts[:index]) != package:
+                    found.append(f"{node.lineno}: {target}")
+                    break
+    return found
+
+
+def test_the_plugin_and_the_command_line_import_no_private_engine_module():
+    src = ENGINE.parent
+    offenders = {
+        str(path.relative_to(src)): names
+        for root in (src / "napari_medvl", ENGINE / "cli")
+        for path in sorted(root.rglob("*.py"))
+        if (names := _private_engine_imports(path, src))
+    }
+    assert offenders == {}
+
+
+def test_the_private_import_check_sees_function_level_and_from_imports(tmp_path):
+    module = tmp_path / "napari_medvl" / "_job.py"
+    module.parent.mkdir()
+    module.write_text(
+        "from medvl_engine.features import extract\n"
+        "import medvl_engine.features._sniff\n"
+        "def f():\n"
+        "    from medvl_engine.features.extract import _resize, read_patches\n"
+        "    from medvl_engine import __version__\n"
+    )
+    assert _private_engine_imports(module, tmp_path) == [
+        "2: medvl_engine.features._sniff",
+        "4: medvl_engine.features.extract._resize",
+    ]
+    own = tmp_path / "medvl_engine" / "cli" / "cmd_x.py"
+    own.parent.mkdir(parents=True)
+    own.write_text("from medvl_engine.cli._pathology import x\nfrom ._pathology import y\n")
+    assert _private_engine_imports(own, tmp_path) == []

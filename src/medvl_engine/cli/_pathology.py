@@ -1,5 +1,5 @@
-"""Shared steps of the pathology commands: encoder + feature store for one slide, the heatmap
-output options and writing them, progress lines."""
+"""Shared steps of the pathology commands: the slide and feature options handed to
+:mod:`medvl_engine.pathology`, the heatmap output options and writing them, progress lines."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ __all__ = [
     "add_feature_arguments",
     "add_output_arguments",
     "add_rendering_arguments",
-    "encoder_and_store",
+    "feature_options",
+    "open_checked_slide",
+    "print_model_notice",
     "print_reader_notes",
     "progress_printer",
+    "report_features",
     "write_outputs",
 ]
 
@@ -43,76 +46,56 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def encoder_and_store(
-    slide_path: Path,
-    model: str,
-    features: Path | None,
-    device: str = "cpu",
-    *,
-    coords: Path | None = None,
-    patch_size_level0: int | None = None,
-) -> tuple[Any, Any, Any]:
-    """(slide, encoder, store): the store from ``features`` if given, else extracted or cached.
-
-    ``features`` may be a medvl store, a TRIDENT/CLAM ``.h5`` or a CLAM ``.pt`` (with
-    ``coords``); it must belong to the slide (see ``open_features_for_slide``). The returned
-    slide is open; the caller closes it.
-    """
-    from medvl_engine.errors import ConfigError, DataError
-    from medvl_engine.features import open_features_for_slide
+def open_checked_slide(args: argparse.Namespace) -> Any:
+    """The open slide of ``args.slide``, its reader notes said on stderr; ``--coords`` and
+    ``--patch-size-level0`` are refused without ``--features`` (they describe that file).
+    The caller closes the slide."""
+    from medvl_engine.errors import ConfigError
     from medvl_engine.io.slide import open_slide
 
-    if features is None and (coords is not None or patch_size_level0 is not None):
+    if args.features is None and (args.coords is not None or args.patch_size_level0 is not None):
         raise ConfigError(
             "--coords and --patch-size-level0 describe a .h5/.pt file given with --features; "
             "add --features FILE or leave them out."
         )
-    slide = open_slide(slide_path)
+    slide = open_slide(args.slide)
     print_reader_notes(slide)
-    try:
-        # cheap checks first: the features file is opened and checked (milliseconds) before
-        # the model loads (seconds), so a bad file is refused at once
-        store = None
-        if features is not None:
-            store = open_features_for_slide(
-                features, slide, coords_path=coords, patch_size_level0=patch_size_level0
-            )
-        from medvl_engine.encoders import load_encoder  # torch: after the inputs are checked
+    return slide
 
-        encoder = load_encoder(model, device=device)
-        if store is not None:
-            assert features is not None
-            if store.embed_dim != encoder.embed_dim:
-                raise DataError(
-                    f"Feature store {features} holds {store.embed_dim}-dimensional features "
-                    f"({store.encoder or 'unknown encoder'}) but {encoder.name} embeds prompts "
-                    f"in {encoder.embed_dim}; pass the model the features were extracted with.",
-                    features,
-                )
-            if store.encoder and store.encoder != encoder.name:
-                print(
-                    f"medvl: note: {features.name} was extracted with {store.encoder}; prompts "
-                    f"are encoded with {encoder.name}, which must share its embedding space.",
-                    file=sys.stderr,
-                )
-            if store.mpp is None and slide.mpp is not None:
-                store.mpp = (slide.mpp[0], slide.mpp[1])
-        else:
-            from medvl_engine.features import slide_features
 
-            store = slide_features(slide, encoder, progress=progress_printer("features"))
-            print(file=sys.stderr)
-        if store.n_patches == 0:
-            raise DataError(
-                f"{Path(slide_path).name}: no patch holds enough tissue to score; check the "
-                "slide is not blank, or run `medvl features --min-tissue` with a lower value "
-                "and pass the store with --features.",
-                slide_path,
-            )
-    except BaseException:
-        slide.close()
-        raise
-    return slide, encoder, store
+def feature_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine's keyword arguments for the features of ``args`` (``--features``,
+    ``--coords``, ``--patch-size-level0``, ``--device``) and a progress line while features
+    are extracted."""
+    return {
+        "features": args.features,
+        "features_coords": args.coords,
+        "patch_size_level0": args.patch_size_level0,
+        "device": args.device,
+        "progress": progress_printer("features") if args.features is None else None,
+    }
+
+
+def report_features(args: argparse.Namespace, store: Any, model: str, extracted: bool) -> None:
+    """End the features progress line; say when ``--features`` came from another encoder than
+    ``model``; refuse a slide without tissue patches (DataError) before anything is written."""
+    from medvl_engine.errors import DataError
+
+    if extracted:
+        print(file=sys.stderr)
+    elif store.encoder and store.encoder != model:
+        print(
+            f"medvl: note: {Path(args.features).name} was extracted with {store.encoder}; "
+            f"prompts are encoded with {model}, which must share its embedding space.",
+            file=sys.stderr,
+        )
+    if store.n_patches == 0:
+        raise DataError(
+            f"{Path(args.slide).name}: no patch holds enough tissue to score; check the "
+            "slide is not blank, or run `medvl features --min-tissue` with a lower value "
+            "and pass the store with --features.",
+            args.slide,
+        )
 
 
 def print_reader_notes(image: Any) -> None:

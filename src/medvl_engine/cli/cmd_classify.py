@@ -35,14 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from medvl_engine.cli._pathology import encoder_and_store
+    from medvl_engine.cli._pathology import (
+        feature_options,
+        open_checked_slide,
+        print_model_notice,
+        report_features,
+    )
     from medvl_engine.errors import ConfigError
-    from medvl_engine.heatmap import classify_slide
 
     if (args.classes is None) == (args.preset is None):
         raise ConfigError("give the classes with --classes A B ... or --preset NAME (one of them).")
     if args.preset is not None:
-        from medvl_engine.slide_classification import preset_prompts
+        from medvl_engine.prompts import preset_prompts
 
         args.classes = list(preset_prompts(args.preset))
     if len(args.classes) < 2:
@@ -50,25 +54,19 @@ def run(args: argparse.Namespace) -> int:
     tau = args.tau_attn if args.tau_attn is not None else _model_tau(args.model)
     if tau <= 0:
         raise ConfigError(f"--tau-attn must be positive, got {tau}.")
-    slide, encoder, store = encoder_and_store(
-        args.slide,
-        args.model,
-        args.features,
-        args.device,
-        coords=args.coords,
-        patch_size_level0=args.patch_size_level0,
-    )
-    with slide:
-        ranked = classify_slide(store, encoder, args.classes, tau_attn=tau)
+    with open_checked_slide(args) as slide:
+        from medvl_engine.pathology import classify
+
+        result = classify(slide, args.classes, args.model, tau_attn=tau, **feature_options(args))
+        report_features(args, result.store, result.model, result.extracted)
+    ranked = result.ranked
     if args.json:
         print(json.dumps([{"class": name, "score": score} for name, score in ranked]))
     else:
         width = max(len(name) for name, _ in ranked)
         for rank, (name, score) in enumerate(ranked, start=1):
             print(f"{rank:>2}. {name:<{width}}  {score:.4f}")
-    from medvl_engine.cli._pathology import print_model_notice
-
-    print_model_notice(args, store.encoder or args.model)
+    print_model_notice(args, result.store.encoder or args.model)
     return 0
 
 

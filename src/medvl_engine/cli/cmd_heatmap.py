@@ -9,10 +9,12 @@ from medvl_engine.cli._pathology import (
     add_feature_arguments,
     add_output_arguments,
     add_rendering_arguments,
-    encoder_and_store,
+    feature_options,
+    open_checked_slide,
+    report_features,
     write_outputs,
 )
-from medvl_engine.prompts import MODES, NORMALIZATIONS, check_prompts, prompt_label
+from medvl_engine.prompts import MODES, NORMALIZATIONS, check_prompts
 
 HELP = "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV)"
 
@@ -64,29 +66,23 @@ def run(args: argparse.Namespace) -> int:
     check_prompts(args.prompt, args.mode)
     if args.normalize == "fixed" and args.range is None:
         raise ConfigError("--normalize fixed needs --range LOW HIGH.")
-    slide, encoder, store = encoder_and_store(
-        args.slide,
-        args.model,
-        args.features,
-        args.device,
-        coords=args.coords,
-        patch_size_level0=args.patch_size_level0,
-    )
-    from medvl_engine.heatmap import similarity_map  # torch: after the inputs are checked
+    with open_checked_slide(args) as slide:
+        from medvl_engine.pathology import final, prompt_heatmap
 
-    with slide:
-        text = encoder.encode_text(args.prompt)
-        heatmap = similarity_map(
-            store,
-            text,
-            mode=args.mode,
-            normalize=args.normalize,
-            temperature=args.temperature,
-            value_range=tuple(args.range) if args.range else None,
-            smooth_sigma=args.smooth,
-            prompt=prompt_label(args.prompt, args.mode),
+        result = final(
+            prompt_heatmap(
+                slide,
+                args.prompt,
+                args.model,
+                mode=args.mode,
+                normalize=args.normalize,
+                temperature=args.temperature,
+                value_range=tuple(args.range) if args.range else None,
+                smooth_sigma=args.smooth,
+                partials=False,
+                **feature_options(args),
+            )
         )
-        # imported .h5/.pt features name no model: the exports name the one that scored them
-        heatmap.metadata["encoder"] = encoder.name
-        write_outputs(args, heatmap, store, slide)
+        report_features(args, result.store, result.model, result.extracted)
+        write_outputs(args, result.heatmap, result.store, slide)
     return 0

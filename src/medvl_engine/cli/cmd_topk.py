@@ -61,29 +61,20 @@ def run(args: argparse.Namespace) -> int:
     written = [file for path in outputs for file in dependent_outputs(path)]
     check_outputs_spare_inputs(written, [args.cc, args.mlo])
 
+    from medvl_engine.cli._pathology import print_reader_notes
     from medvl_engine.common.atomic import atomic_group
     from medvl_engine.export import write_topk_outputs
-    from medvl_engine.io.mammo import breast_image, check_pair, open_mammogram
-    from medvl_engine.models.topksiglip_folder import load_topksiglip
-    from medvl_engine.models.topksiglip_inference import predict_topk
+    from medvl_engine.mammography import open_views, topk
 
-    cc = open_mammogram(args.cc, voi_index=args.voi_index)
-    mlo = open_mammogram(args.mlo, voi_index=args.voi_index)
-    from medvl_engine.cli._pathology import print_reader_notes
-
+    cc, mlo = open_views(args.cc, args.mlo, voi_index=args.voi_index)
     for mammogram in (cc, mlo):
         print_reader_notes(mammogram)
-    check_pair(cc, mlo)  # before the model loads: a wrong pair is refused at once
-    model = load_topksiglip(args.model, device=args.device)
-    grid = model.geometry.num_candidates
-    if args.k > grid:
-        raise ConfigError(f"--k {args.k} exceeds the model's {grid} candidate patches.")
-    side = model.config.image_size
-    breast = breast_image(cc, mlo, size=(side, side // 2))
-    result = predict_topk(model, breast, k=args.k)
+    # the pair is checked before the model loads; the breast image is the model's own side
+    run = topk(cc, mlo, args.model, k=args.k, device=args.device)
+    result = run.result
     sources = {"CC": Path(args.cc), "MLO": Path(args.mlo)}
     with atomic_group():  # renamed into place together, once every output is written
-        written = write_topk_outputs(result, breast.image, sources, outputs, model=args.model)
+        written = write_topk_outputs(result, run.breast.image, sources, outputs, model=args.model)
     for path in written:
         print(f"wrote {path}")
     for view in ("CC", "MLO"):

@@ -113,7 +113,7 @@ class ConchTextModel(PreTrainedModel):
         # the projection lives in TextTower.projection (same as assigning None to the parameter)
         self.text.register_parameter("text_projection", None)
         self.post_init()  # type: ignore[no-untyped-call]  # unannotated in transformers
-        from medvl_engine.encoders.lora import LORA_TARGETS
+        from medvl_engine.encoders.lora_targets import LORA_TARGETS
 
         LORA_TARGETS[CONCH_TEXT_MODEL_TYPE] = conch_lora_targets(self.text)
 

@@ -1,7 +1,8 @@
 """LoRA for LIMIT text towers through peft (the "LoRA vs full" ablation of Table 4).
 
 ``W x + (alpha / r) B A x`` on the attention projections of the transformers backbone;
-the chosen modules depend on the backbone's ``model_type`` (a lookup, not name matching).
+the chosen modules depend on the backbone's ``model_type`` (a lookup in
+:data:`medvl_engine.encoders.lora_targets.LORA_TARGETS`, not name matching).
 Saved towers are merged back into plain weights, so loading needs no peft.
 """
 
@@ -12,20 +13,13 @@ from typing import TYPE_CHECKING, cast
 
 from torch import nn
 
+from medvl_engine.encoders.lora_targets import LORA_TARGETS
 from medvl_engine.errors import ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
     from medvl_engine.encoders.text_tower import TextTower
 
-__all__ = ["LORA_TARGETS", "add_lora", "merged_copy"]
-
-LORA_TARGETS: dict[str, list[str]] = {
-    "bert": ["query", "value"],
-    "roberta": ["query", "value"],
-    "xlm-roberta": ["query", "value"],
-    "clip_text_model": ["q_proj", "v_proj"],
-    "clip": ["q_proj", "v_proj"],
-}
+__all__ = ["add_lora", "merged_copy"]
 
 
 def add_lora(tower: TextTower, rank: int = 8, alpha: float = 16.0, dropout: float = 0.0) -> None:

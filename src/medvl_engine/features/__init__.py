@@ -5,6 +5,7 @@
 - :mod:`.extract`: patches of a slide's grid encoded into a store, resumably.
 - :mod:`.h5_import`: TRIDENT/CLAM .h5 and CLAM .pt readers and their import as a store.
 - :mod:`.sources`: the features a user names for a slide (store, .h5 or .pt), checked.
+- :mod:`.partial`: a slide's features filled in as they are computed (the view's first).
 
 Importing this package loads no torch: each name below is imported from its module on first
 use, so a features file can be opened and checked before any model library loads.
@@ -14,11 +15,14 @@ from medvl_engine.common.lazy import lazy_exports
 
 __all__ = [
     "FeatureStore",
+    "PartialFeatures",
     "PatchGridLike",
     "check_store_matches_slide",
     "extract_features",
+    "grid_patches",
     "import_h5_features",
     "open_features_for_slide",
+    "patches_in_view",
     "read_patches",
     "slide_features",
     "slide_identity",
@@ -30,11 +34,14 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "FeatureStore": "store",
+        "PartialFeatures": "partial",
         "PatchGridLike": "extract",
         "check_store_matches_slide": "identity",
         "extract_features": "extract",
+        "grid_patches": "extract",
         "import_h5_features": "h5_import",
         "open_features_for_slide": "sources",
+        "patches_in_view": "partial",
         "read_patches": "extract",
         "slide_features": "extract",
         "slide_identity": "identity",

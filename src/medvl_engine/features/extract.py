@@ -23,13 +23,14 @@ from medvl_engine.common.write_errors import reporting_write_errors
 from medvl_engine.errors import CancelledError
 from medvl_engine.features.identity import slide_identity
 from medvl_engine.features.store import (
-    STORE_FORMAT,
     FeatureStore,
     StoreMismatch,
     create_store,
+    extraction_attributes,
+    features_array,
     open_store_group,
-    store_array,
-    stored_count,
+    record_rows_written,
+    rows_written,
 )
 
 if TYPE_CHECKING:
@@ -38,8 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PatchGridLike",
+    "as_cancel_check",
     "extract_features",
+    "grid_patches",
     "read_patches",
+    "resize_patches",
     "slide_features",
     "store_path_for",
 ]
@@ -104,22 +108,7 @@ def extract_features(
     slide_name, fingerprint = slide_identity(slide)
     coords = np.ascontiguousarray(grid.coords, dtype=np.int64).reshape(-1, 2)
     total = len(coords)
-    attrs = {
-        "format": STORE_FORMAT,
-        "patch_size_level0": int(grid.patch_size_level0),
-        "patch_size": int(grid.patch_size),
-        "level": int(grid.level),
-        "read_size": int(getattr(grid, "read_size", grid.patch_size)),
-        "stride_level0": int(getattr(grid, "stride_level0", 0)) or None,
-        "target_mpp": None if grid.target_mpp is None else float(grid.target_mpp),
-        "encoder": str(encoder.name),
-        "slide": slide_name,
-        "slide_fingerprint": fingerprint,
-        "slide_mpp": None if slide.mpp is None else [float(v) for v in slide.mpp],
-        "slide_dimensions": [int(v) for v in slide.dimensions],
-        "embed_dim": int(encoder.embed_dim),
-        "n_total": total,
-    }
+    attrs = extraction_attributes(grid, encoder, slide, (slide_name, fingerprint))
     with reporting_write_errors("feature store", out_path):
         try:
             group = open_store_group(out_path, coords, attrs)
@@ -129,19 +118,18 @@ def extract_features(
             group = None  # a cached store of an older format or another slide: built again
         if group is None:
             group = create_store(out_path, coords, attrs, chunk_rows=batch_size)
-    features = store_array(group, "features", out_path)
-    done = stored_count(group, "n_done", out_path)
+    features = features_array(group, out_path)
+    done = rows_written(group, out_path)
     if progress is not None:
         progress(done, total)
-    is_cancelled = _cancel_check(cancel)
+    is_cancelled = as_cancel_check(cancel)
     autocast = _autocast(encoder.device)
 
     read_size = int(getattr(grid, "read_size", grid.patch_size))
     patch_bytes = 3 * max(read_size, int(grid.patch_size)) ** 2
 
     def read_block(start: int, stop: int) -> np.ndarray:
-        patches = read_patches(slide, coords[start:stop], grid.level, read_size)
-        return _resize(patches, int(grid.patch_size))
+        return grid_patches(slide, grid, coords[start:stop])
 
     blocks = iter(_read_blocks(done, total, batch_size, patch_bytes))
     threads_before = torch.get_num_threads()
@@ -155,7 +143,7 @@ def extract_features(
             return  # an earlier batch failed to write: n_done must never skip its rows
         with reporting_write_errors("feature store", out_path):
             features[start:end] = rows
-            group.attrs["n_done"] = end  # after the rows, so n_done never counts unwritten rows
+            record_rows_written(group, end)  # after the rows: never counts unwritten rows
         written[0] = end
 
     with (
@@ -350,7 +338,17 @@ def _read_blocks(
         start, size = stop, min(2 * size, largest)
 
 
-def _resize(patches: np.ndarray, size: int) -> np.ndarray:
+def grid_patches(slide: SlideLike, grid: PatchGridLike, coords: np.ndarray) -> np.ndarray:
+    """Pixels of patches of ``grid`` as its encoder gets them, uint8 [B, p, p, 3] (p =
+    ``grid.patch_size``): ``coords`` [B, 2] (x, y) level-0 px top-left, read at ``grid.level``
+    (``grid.read_size`` px when the grid has one) and resized to p. The extraction and the
+    viewer's visible-first patches both read through here, so their features agree."""
+    read_size = int(getattr(grid, "read_size", grid.patch_size))
+    patches = read_patches(slide, np.asarray(coords).reshape(-1, 2), grid.level, read_size)
+    return resize_patches(patches, int(grid.patch_size))
+
+
+def resize_patches(patches: np.ndarray, size: int) -> np.ndarray:
     """uint8 [B, h, w, 3] -> [B, size, size, 3]: box filter when shrinking, bicubic when growing."""
     if patches.shape[1:3] == (size, size):
         return patches
@@ -363,7 +361,8 @@ def _resize(patches: np.ndarray, size: int) -> np.ndarray:
     )
 
 
-def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
+def as_cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
+    """``cancel`` (an Event, a callable or None) as a callable: True once the work should stop."""
     if cancel is None:
         return lambda: False
     if isinstance(cancel, threading.Event):

@@ -41,14 +41,15 @@ def open_features_for_slide(
     ``.pt`` file (coordinates from ``coords_path``, else ``<stem>.h5`` beside it or in a
     sibling ``h5_files`` folder). A ``.h5``/``.pt`` file is imported once into the cache next
     to the slide's other stores, keyed by the slide's and the file's fingerprints, and read
-    from there afterwards.
+    from there afterwards. Features that record no pixel size take the slide's, so their maps
+    are placed in micrometres like the slide.
     """
     path = Path(path)
     kind = _kind(path)
     if kind == "store":
         store = FeatureStore.open(path)
         check_store_matches_slide(store, slide)
-        return store
+        return _with_slide_mpp(store, slide)
     if kind == "pt":
         coords = Path(coords_path) if coords_path is not None else clam_coords_path(path)
     else:
@@ -69,7 +70,7 @@ def open_features_for_slide(
             pass
         else:
             check_store_matches_slide(store, slide)
-            return store
+            return _with_slide_mpp(store, slide)
     if kind == "pt":
         assert coords is not None
         data = read_clam_pt(path, coords, patch_size_level0)
@@ -82,6 +83,13 @@ def open_features_for_slide(
     store.path = path
     check_store_matches_slide(store, slide)  # patches outside the slide: never cached
     write_imported_store(cached, store, source_fingerprint=source_key)
+    return store
+
+
+def _with_slide_mpp(store: FeatureStore, slide: SlideLike) -> FeatureStore:
+    """``store``, given the slide's pixel size when it records none (placed like the slide)."""
+    if store.mpp is None and slide.mpp is not None:
+        store.mpp = (float(slide.mpp[0]), float(slide.mpp[1]))
     return store
 
 

@@ -29,6 +29,10 @@ from medvl_engine.features.validate import (
     checked_coords,
     checked_features,
     checked_patch_size_level0,
+    optional_pair,
+    optional_positive,
+    optional_text,
+    optional_whole_positive,
 )
 from medvl_engine.guarded_files import check_zarr_array, check_zarr_tree
 
@@ -37,12 +41,16 @@ __all__ = [
     "FeatureStore",
     "StoreMismatch",
     "create_store",
+    "extraction_attributes",
+    "features_array",
     "open_store_group",
+    "record_rows_written",
+    "rows_written",
     "read_store",
-    "store_array",
     "stored_count",
     "store_source_fingerprint",
     "write_imported_store",
+    "written_rows",
 ]
 
 STORE_FORMAT = "medvl-features/1"
@@ -139,10 +147,12 @@ class FeatureStore:
         return min(steps) if steps else int(self.patch_size_level0)
 
 
-def store_array(group: zarr.Group, name: str, path: Path) -> zarr.Array[Any]:
-    """The array ``name`` ("features" or "coords") of the store's zarr group at ``path``."""
+def features_array(group: zarr.Group, path: Path) -> zarr.Array[Any]:
+    """The features [N, D] array of the store's zarr group at ``path`` (CorruptFileError when
+    it is missing or not an array)."""
     import zarr
 
+    name = "features"
     try:
         array = group[name]
     except Exception as error:  # zarr raises many types for missing or damaged metadata
@@ -174,6 +184,39 @@ def stored_count(group: zarr.Group, key: str, path: Path) -> int:
             path,
         )
     return int(value)
+
+
+def extraction_attributes(
+    grid: Any, encoder: Any, slide: Any, identity: tuple[str, str | None]
+) -> dict[str, Any]:
+    """Attributes of the store of patch ``grid`` (coords [N, 2] (x, y) level-0 px) of ``slide``
+    encoded by ``encoder`` (features [N, D]); ``identity`` is the slide's (name, fingerprint)."""
+    return {
+        "format": STORE_FORMAT,
+        "patch_size_level0": int(grid.patch_size_level0),
+        "patch_size": int(grid.patch_size),
+        "level": int(grid.level),
+        "read_size": int(getattr(grid, "read_size", grid.patch_size)),
+        "stride_level0": int(getattr(grid, "stride_level0", 0)) or None,
+        "target_mpp": None if grid.target_mpp is None else float(grid.target_mpp),
+        "encoder": str(encoder.name),
+        "slide": identity[0],
+        "slide_fingerprint": identity[1],
+        "slide_mpp": None if slide.mpp is None else [float(v) for v in slide.mpp],
+        "slide_dimensions": [int(v) for v in slide.dimensions],
+        "embed_dim": int(encoder.embed_dim),
+        "n_total": len(grid.coords),
+    }
+
+
+def rows_written(group: zarr.Group, path: Path) -> int:
+    """Rows [0, n) of the store at ``path`` that are written (``n_done``)."""
+    return stored_count(group, "n_done", path)
+
+
+def record_rows_written(group: zarr.Group, n_done: int) -> None:
+    """Record rows [0, ``n_done``) as written: call after writing them, never before."""
+    group.attrs["n_done"] = int(n_done)
 
 
 def create_store(
@@ -372,66 +415,15 @@ def read_store(path: Path) -> dict[str, Any]:
         "coords": coords,
         "patch_size_level0": size0,
         "patch_size": patch_size,
-        "target_mpp": _optional_positive(attrs, "target_mpp", path),
+        "target_mpp": optional_positive(attrs, "target_mpp", path),
         "encoder": str(attrs.get("encoder", "") or ""),
         "slide": str(attrs.get("slide", "") or ""),
-        "mpp": _optional_pair(attrs, "slide_mpp", path, float),
-        "slide_dimensions": _optional_pair(attrs, "slide_dimensions", path, int),
-        "stride": _optional_stride(attrs, path),
-        "slide_fingerprint": _optional_text(attrs, "slide_fingerprint"),
-        "imported_from": _optional_text(attrs, "imported_from"),
+        "mpp": optional_pair(attrs, "slide_mpp", path, float),
+        "slide_dimensions": optional_pair(attrs, "slide_dimensions", path, int),
+        "stride": optional_whole_positive(attrs, "stride_level0", path),
+        "slide_fingerprint": optional_text(attrs, "slide_fingerprint"),
+        "imported_from": optional_text(attrs, "imported_from"),
     }
-
-
-def _bad_attribute(path: Path, key: str, value: Any, wanted: str) -> CorruptFileError:
-    shown = repr(value)
-    shown = shown if len(shown) <= 40 else shown[:37] + "..."
-    return CorruptFileError(
-        f"{path} records {key} as {shown}, not {wanted}; extract the features again.", path
-    )
-
-
-def _positive(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and bool(np.isfinite(value))
-        and value > 0
-    )
-
-
-def _optional_positive(attrs: dict[str, Any], key: str, path: Path) -> float | None:
-    value = attrs.get(key)
-    if value is None:
-        return None
-    if not _positive(value):
-        raise _bad_attribute(path, key, value, "a positive number")
-    return float(value)
-
-
-def _optional_pair(attrs: dict[str, Any], key: str, path: Path, kind: type) -> Any:
-    value = attrs.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(map(_positive, value)):
-        raise _bad_attribute(path, key, value, "a pair of positive numbers")
-    if kind is int and any(v != int(v) for v in value):
-        raise _bad_attribute(path, key, value, "a pair of whole numbers")
-    return (kind(value[0]), kind(value[1]))
-
-
-def _optional_stride(attrs: dict[str, Any], path: Path) -> int | None:
-    value = attrs.get("stride_level0")
-    if value is None:
-        return None
-    if not _positive(value) or value != int(value):
-        raise _bad_attribute(path, "stride_level0", value, "a whole positive number")
-    return int(value)
-
-
-def _optional_text(attrs: dict[str, Any], key: str) -> str | None:
-    value = attrs.get(key)
-    return None if value is None else str(value)
 
 
 def store_source_fingerprint(path: Path) -> str | None:
@@ -447,6 +439,35 @@ def store_source_fingerprint(path: Path) -> str | None:
         return None if fingerprint is None else str(fingerprint)
     except Exception:  # missing or damaged: imported again
         return None
+
+
+def written_rows(path: Path, start: int, n_total: int, embed_dim: int) -> np.ndarray:
+    """Rows [start, n_done) of the store at ``path`` while an extraction writes it, float32
+    [M, embed_dim] (it writes rows before it raises ``n_done``); M = 0 when the store is absent,
+    being made, of another grid or width, or has nothing new. Never blocks on a chunk that is
+    not a regular file (:func:`~medvl_engine.guarded_files.check_zarr_tree`)."""
+    import zarr
+
+    nothing = np.zeros((0, embed_dim), dtype=np.float32)
+    if not path.is_dir():
+        return nothing
+    try:
+        check_zarr_tree(path)
+        group = zarr.open_group(str(path), mode="r")
+        attrs = dict(group.attrs)
+        features = group["features"]
+    except Exception:  # being created or rewritten: read it on the next call
+        return nothing
+    done = attrs.get("n_done", 0)
+    if (
+        not isinstance(features, zarr.Array)
+        or not isinstance(done, int)
+        or attrs.get("n_total") != n_total
+        or features.shape[1:] != (embed_dim,)
+        or min(done, n_total) <= start
+    ):
+        return nothing
+    return np.asarray(features[start : min(done, n_total)], dtype=np.float32)
 
 
 def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerprint: str) -> None:
@@ -473,6 +494,6 @@ def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerpr
 
     with reporting_write_errors("feature store", out_path):  # disk full, read-only: a sentence
         group = create_store(out_path, store.coords, attrs, chunk_rows=4096)
-        store_array(group, "features", out_path)[:] = store.features
-        group.attrs["n_done"] = store.n_patches  # last: a killed import reads as incomplete
+        features_array(group, out_path)[:] = store.features
+        record_rows_written(group, store.n_patches)  # last: a killed import reads as incomplete
     store.path = out_path

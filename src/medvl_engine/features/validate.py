@@ -25,6 +25,10 @@ __all__ = [
     "checked_patch_size_level0",
     "label_of",
     "largest_slide_side",
+    "optional_pair",
+    "optional_positive",
+    "optional_text",
+    "optional_whole_positive",
 ]
 
 _AGAIN = "extract the features again"
@@ -198,3 +202,58 @@ def _shown(value: Any) -> str:
 def label_of(path: str | os.PathLike[str] | None, fallback: str = "The feature store") -> str:
     """The file name used in messages (``fallback`` without a path)."""
     return Path(path).name if path is not None else fallback
+
+
+def _bad_attribute(path: Path, key: str, value: Any, wanted: str) -> CorruptFileError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return CorruptFileError(
+        f"{path} records {key} as {shown}, not {wanted}; extract the features again.", path
+    )
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and bool(np.isfinite(value))
+        and value > 0
+    )
+
+
+def optional_positive(attrs: dict[str, Any], key: str, path: Path) -> float | None:
+    """Attribute ``key`` as a positive number, or None when absent (CorruptFileError else)."""
+    value = attrs.get(key)
+    if value is None:
+        return None
+    if not _positive(value):
+        raise _bad_attribute(path, key, value, "a positive number")
+    return float(value)
+
+
+def optional_pair(attrs: dict[str, Any], key: str, path: Path, kind: type) -> Any:
+    """Attribute ``key`` as a pair of positive ``kind`` (float or whole int), or None."""
+    value = attrs.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(map(_positive, value)):
+        raise _bad_attribute(path, key, value, "a pair of positive numbers")
+    if kind is int and any(v != int(v) for v in value):
+        raise _bad_attribute(path, key, value, "a pair of whole numbers")
+    return (kind(value[0]), kind(value[1]))
+
+
+def optional_whole_positive(attrs: dict[str, Any], key: str, path: Path) -> int | None:
+    """Attribute ``key`` as a whole positive number, or None when absent."""
+    value = attrs.get(key)
+    if value is None:
+        return None
+    if not _positive(value) or value != int(value):
+        raise _bad_attribute(path, key, value, "a whole positive number")
+    return int(value)
+
+
+def optional_text(attrs: dict[str, Any], key: str) -> str | None:
+    """Attribute ``key`` as text, or None when absent."""
+    value = attrs.get(key)
+    return None if value is None else str(value)

@@ -91,7 +91,7 @@ class TopKSigLIPConfig:
     context_length: int = 170
     freeze_text: bool = False  # train only the text projection (the encoder stays as loaded)
     # Joint space. The training objective is a task setting
-    # (medvl_engine.tasks.topksiglip.task.TopKSigLIPTaskConfig); folders saved before it
+    # (medvl_engine.tasks.topksiglip.config.TopKSigLIPTaskConfig); folders saved before it
     # moved there still carry its keys in config.json, which from_dict ignores.
     embed_dim: int = 512
     logit_scale_init: float = 10.0

@@ -12,17 +12,19 @@ from medvl_engine.synthetic._cohort import (
 )
 from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._mammo import (
+    MAMMO_GENERATOR_VERSION,
+    SyntheticMammoCase,
+    make_mammogram_case,
+)
+from medvl_engine.synthetic._mammo_render import FINDING_TYPES
+from medvl_engine.synthetic._mammo_report import (
     BIRADS_SENTENCES,
     CANCER_SENTENCES,
     DENSITY_SENTENCES,
     FINDING_SENTENCES,
-    MAMMO_GENERATOR_VERSION,
     NEGATIVE_FINDINGS,
-    SyntheticMammoCase,
     birads_sentence,
-    make_mammogram_case,
 )
-from medvl_engine.synthetic._mammo_render import FINDING_TYPES
 from medvl_engine.synthetic._slides import SyntheticSlide, make_label_map, make_synthetic_slide
 from medvl_engine.synthetic._tissue import (
     TISSUE_CLASSES,

@@ -1,6 +1,7 @@
 """Training: one loop for every model, configs, checkpoints, distribution, task registry.
 
-The loop is :func:`train`; a model plugs in as a :class:`Task` (contract in
+The loop is :func:`train` (one :class:`Trainer` run: resume, step, evaluate, checkpoint,
+fit); a model plugs in as a :class:`Task` (contract in
 :mod:`medvl_engine.training.task`). Configs are :class:`RunConfig` plus a task
 dataclass, loaded with :func:`load_config`. Importing this package does no I/O and
 loads no torch: each name below is imported from its module on first use, so
@@ -15,6 +16,7 @@ __all__ = [
     "apply_overrides",
     "Task",
     "train",
+    "Trainer",
     "TrainingDivergedError",
     "lr_factor",
     "unwrap_model",
@@ -41,8 +43,9 @@ __getattr__, __dir__ = lazy_exports(
         "init_distributed": "distributed",
         "shard_indices": "distributed",
         "TrainingDivergedError": "loop",
-        "lr_factor": "loop",
+        "lr_factor": "optim",
         "train": "loop",
+        "Trainer": "loop",
         "TASK_MODULES": "registry",
         "task_module": "registry",
         "task_names": "registry",

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from medvl_engine.common.write_errors import reporting_write_errors
 
-__all__ = ["MetricsLog", "Progress"]
+__all__ = ["MetricsLog", "Progress", "RunOutputs"]
 
 
 def _plain(value: Any) -> Any:
@@ -83,3 +83,35 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+class RunOutputs:
+    """A run's metrics log and progress bar, each opened on first use, so that a resumed run
+    cuts its log back to the checkpoint before anything is appended to it."""
+
+    def __init__(self, path: Path, main: bool, show_progress: bool, description: str) -> None:
+        self.path, self.main = path, main
+        self.show_progress, self.description = show_progress and main, description
+        self._log: MetricsLog | None = None
+        self._progress: Progress | None = None
+
+    def log(self) -> MetricsLog:
+        """The metrics log at ``path`` (inactive off rank 0)."""
+        if self._log is None:
+            self._log = MetricsLog(self.path, self.main)
+        return self._log
+
+    def progress(self, total: int, initial: int) -> Progress:
+        """The progress bar over ``total`` steps, starting at ``initial`` when first opened."""
+        if self._progress is None:
+            self._progress = Progress(total, initial, self.show_progress, self.description)
+        return self._progress
+
+    def close(self) -> None:
+        """Close the progress bar, then the log (idempotent; both reopen on next use)."""
+        progress, self._progress = self._progress, None
+        log, self._log = self._log, None
+        if progress is not None:
+            progress.close()
+        if log is not None:
+            log.close()

@@ -4,11 +4,13 @@ A checkpoint is one ``torch.save`` file with: the unwrapped model state dict, th
 optimiser and scheduler state, the loop position (step, epoch, batch index within
 the epoch), the RNG states of python, numpy and torch (CPU and CUDA), counters, and
 the resolved configuration. Only plain Python values and tensors are stored so that
-it loads with ``torch.load(weights_only=True)``.
+it loads with ``torch.load(weights_only=True)``. A run keeps its checkpoint in its run folder
+as :data:`CHECKPOINT_NAME`; :class:`LoopState` is the loop position saved in it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any, cast
@@ -19,8 +21,57 @@ import torch
 from medvl_engine.common.atomic import atomic_write_stream
 from medvl_engine.common.write_errors import reporting_write_errors
 from medvl_engine.errors import CorruptFileError
+from medvl_engine.training.config import RunConfig, config_values
 
-__all__ = ["save_checkpoint", "load_checkpoint", "capture_rng_state", "restore_rng_state"]
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "capture_rng_state",
+    "restore_rng_state",
+    "LoopState",
+    "resume_path",
+    "resolved_config",
+    "CHECKPOINT_NAME",
+]
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+@dataclasses.dataclass
+class LoopState:
+    """Where a run stands; saved in every checkpoint as ``loop`` (``dataclasses.asdict``)."""
+
+    step: int = 0  # optimiser steps done
+    epoch: int = 0  # the epoch in progress (the next one once an epoch has ended)
+    batch_in_epoch: int = 0  # micro-batches of that epoch already trained on
+    bad_steps: int = 0  # steps skipped for a non-finite loss or gradient
+    best_value: float | None = None  # best run.select_metric so far
+    best_epoch: int | None = None
+    metrics_bytes: int | None = None  # size of metrics.jsonl when the checkpoint was saved
+
+
+def resolved_config(task: Any, config: RunConfig) -> dict[str, Any]:
+    """The configuration a checkpoint records: ``task_name``, the ``run`` settings and the
+    ``task`` dataclass's values, grouped by its sections when its class declares them
+    (:func:`~medvl_engine.training.config.config_values`; empty without a dataclass config)."""
+    task_config = getattr(task, "config", None)
+    task_values = (
+        config_values(task_config)
+        if dataclasses.is_dataclass(task_config) and not isinstance(task_config, type)
+        else {}
+    )
+    return {"task_name": task.name, "run": dataclasses.asdict(config), "task": task_values}
+
+
+def resume_path(resume: str | None, out_dir: Path) -> Path | None:
+    """The checkpoint a run continues from: ``run.resume`` as a path, for ``auto`` the run
+    folder's checkpoint when there is one, None for none (``None`` or empty)."""
+    if resume is None or resume == "":
+        return None
+    if resume == "auto":
+        candidate = out_dir / CHECKPOINT_NAME
+        return candidate if candidate.is_file() else None
+    return Path(resume)
 
 
 def capture_rng_state() -> dict[str, Any]:

@@ -7,8 +7,11 @@ A config file has two sections::
     task:           # fields of the task's own config dataclass
       negatives: 4
 
-Overrides on the command line are ``run.lr=1e-4`` or ``task.negatives=2``; a bare
-``lr=1e-4`` is accepted when the name exists in exactly one section. Values are
+A task config class may group its fields (``SECTIONS``, see :mod:`._sections`); its ``task``
+mapping is then written by sections (``task: {model: {k: 4}}``) or flat as before, and saved by
+sections (:func:`config_values`). Overrides on the command line are ``run.lr=1e-4``,
+``task.negatives=2`` or ``task.model.k=4``; a bare ``lr=1e-4`` is accepted when the name exists
+in exactly one section. Values are
 parsed as YAML scalars and checked against the field's type annotation, so
 ``run.epochs=two`` fails with a :class:`ConfigError` naming the field and the type.
 
@@ -35,6 +38,13 @@ from typing import Any, Literal
 
 from medvl_engine.common.config_ranges import Range, check_ranges, check_value, field_range, ranged
 from medvl_engine.errors import ConfigError
+from medvl_engine.training._sections import (
+    Sections,
+    config_values,
+    flatten_sections,
+    section_fields,
+    section_of,
+)
 from medvl_engine.training._yaml_config import (
     MAX_CONFIG_BYTES,
     MAX_CONFIG_DEPTH,
@@ -49,6 +59,11 @@ __all__ = [
     "MAX_CONFIG_DEPTH",
     "MAX_SEED",
     "RunConfig",
+    "Sections",
+    "config_values",
+    "flatten_sections",
+    "section_fields",
+    "section_of",
     "check_input_file",
     "check_output_folder",
     "check_values",
@@ -308,6 +323,7 @@ def config_from_mapping(config_cls: type, values: Mapping[str, Any], section: st
             f"the {section} section must be a mapping of settings (name: value), got "
             f"{_shown(values)}; write it as '{section}:' followed by indented 'name: value' lines."
         )
+    values = flatten_sections(config_cls, values, section)
     types_by_name = _field_types(config_cls)
     not_names = [key for key in values if not isinstance(key, str)]
     if not_names:
@@ -367,11 +383,13 @@ def apply_overrides(
     sections: Mapping[str, Any],
     overrides: Sequence[str],
     field_names: Mapping[str, Sequence[str]],
+    subsections: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Merge ``key=value`` overrides into YAML sections (a new dict; inputs untouched).
 
     field_names maps a section name to its valid field names; a bare key must name
-    a field of exactly one section.
+    a field of exactly one section. subsections maps a section name to the sections of its
+    config class (:func:`section_fields`), so that ``task.model.k=4`` means ``task.k=4``.
     """
     merged: dict[str, dict[str, Any]] = {}
     for name in field_names:
@@ -392,6 +410,9 @@ def apply_overrides(
                     f"override {text!r} names unknown section {section_name!r}; use one of "
                     f"{sorted(field_names)}."
                 )
+            field = _subsection_field(
+                text, section_name, field, (subsections or {}).get(section_name)
+            )
         else:
             owners = [name for name, fields in field_names.items() if key in fields]
             if len(owners) != 1:
@@ -407,6 +428,29 @@ def apply_overrides(
             )
         merged[section_name][field] = value
     return merged
+
+
+def _subsection_field(
+    text: str, section: str, rest: str, sections: Mapping[str, Sequence[str]] | None
+) -> str:
+    """The field an override's ``rest`` (after ``section.``) names: ``k`` or ``model.k``."""
+    if "." not in rest:
+        if sections and rest in sections and not any(rest in m for m in sections.values()):
+            raise ConfigError(
+                f"override {text!r}: {section}.{rest} is a section, not a setting; name one of "
+                f"its settings, e.g. {section}.{rest}.{sections[rest][0]}=..."
+            )
+        return rest
+    part, field = rest.split(".", 1)
+    if not sections or part not in sections:
+        known = f"; its sections are {sorted(sections)}" if sections else ""
+        raise ConfigError(f"override {text!r}: {section} has no section {part!r}{known}.")
+    if field not in sections[part]:
+        raise ConfigError(
+            f"override {text!r}: {section}.{part} has no setting {field!r}; valid names are "
+            f"{sorted(sections[part])}."
+        )
+    return field
 
 
 def load_config(
@@ -432,11 +476,18 @@ def load_config(
             )
         sections = loaded
     field_names = {"run": [f.name for f in dataclasses.fields(RunConfig)]}
+    subsections: dict[str, dict[str, tuple[str, ...]]] = {}
     if task_config_cls is not None:
         field_names["task"] = [f.name for f in dataclasses.fields(task_config_cls)]
+        subsections["task"] = section_fields(task_config_cls)
+        if isinstance(sections.get("task"), Mapping):
+            sections = {
+                **sections,
+                "task": flatten_sections(task_config_cls, sections["task"], "task"),
+            }
     elif sections.get("task"):
         raise ConfigError("the config has a 'task' section but no task config class was given.")
-    merged = apply_overrides(sections, overrides, field_names)
+    merged = apply_overrides(sections, overrides, field_names, subsections)
     run_config = config_from_mapping(RunConfig, merged["run"], "run")
     task_config = (
         config_from_mapping(task_config_cls, merged["task"], "task") if task_config_cls else None

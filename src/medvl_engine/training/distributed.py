@@ -3,18 +3,21 @@
 :func:`gather_with_grad` concatenates a batch tensor over ranks so that a loss scores
 every pair of the global batch (B per rank x W ranks gives (BW)^2 pairs), with gradients
 flowing back to the rank that owns each row; :func:`gather_objects` collects picklable
-evaluation results from every rank without a barrier.
+evaluation results from every rank without a barrier; :func:`mean_over_ranks` averages a
+step's loss and says whether it was finite on every rank.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 __all__ = [
     "DistInfo",
@@ -24,6 +27,8 @@ __all__ = [
     "barrier",
     "gather_with_grad",
     "gather_objects",
+    "mean_over_ranks",
+    "wrap_ddp",
     "world_size",
     "DEFAULT_TIMEOUT_MINUTES",
 ]
@@ -102,6 +107,18 @@ def barrier(info: DistInfo) -> None:
     """Wait for every rank (no-op when running alone)."""
     if info.distributed and dist.is_initialized():
         dist.barrier()
+
+
+def wrap_ddp(model: nn.Module, info: DistInfo, find_unused_parameters: bool) -> nn.Module:
+    """``model`` inside DistributedDataParallel when there is more than one rank, else itself
+    (on CUDA the wrapper's device is this rank's)."""
+    if not info.distributed:
+        return model
+    return nn.parallel.DistributedDataParallel(
+        model,
+        device_ids=[info.device.index] if info.device.type == "cuda" else None,
+        find_unused_parameters=find_unused_parameters,
+    )
 
 
 def shard_indices(count: int, rank: int, world_size: int) -> list[int]:
@@ -188,3 +205,22 @@ def gather_objects(value: Any) -> list[Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def mean_over_ranks(value: float, info: DistInfo, device: torch.device) -> tuple[bool, float]:
+    """(whether ``value`` is finite on every rank, its mean over the ranks).
+
+    Alone: ``(isfinite(value), value)``. Under DDP one all-reduce of ``[value or 0, 0 or 1]``
+    counts the ranks with a non-finite value; the mean is NaN when there is any.
+    """
+    finite_here = math.isfinite(value)
+    if not info.distributed:
+        return finite_here, value
+    packed = torch.tensor(
+        [value if finite_here else 0.0, 0.0 if finite_here else 1.0],
+        dtype=torch.float64,
+        device=device,
+    )
+    dist.all_reduce(packed)
+    finite = packed[1].item() == 0.0
+    return finite, packed[0].item() / info.world_size if finite else float("nan")

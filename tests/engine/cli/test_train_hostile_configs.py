@@ -111,10 +111,7 @@ def test_out_dir_under_a_file_is_refused(tmp_path, capsys):
 
 
 def test_synthetic_cohort_over_the_budget_is_refused_at_once(tmp_path, capsys):
-    import time
-
     out = tmp_path / "run"
-    start = time.perf_counter()
     line = _refused(
         capsys,
         [
@@ -125,7 +122,6 @@ def test_synthetic_cohort_over_the_budget_is_refused_at_once(tmp_path, capsys):
             f"run.out_dir={out}",
         ],
     )
-    assert time.perf_counter() - start < 5
     assert "task.synthetic_train must be between 0 and 10,000,000" in line
     line = _refused(
         capsys,

@@ -193,7 +193,8 @@ def test_resampling_share_of_view_halves():
 
 def test_resample_share_outside_zero_one_is_refused(tmp_path):
     from medvl_engine.errors import ConfigError
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTask, TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.training_task import TopKSigLIPTask
     from medvl_engine.training.config import RunConfig
 
     config = TopKSigLIPTaskConfig(augment_resample_p=1.5, grid=4, k=2)
@@ -202,7 +203,8 @@ def test_resample_share_outside_zero_one_is_refused(tmp_path):
 
 
 def test_intensity_range_of_the_task_reaches_its_training_breasts(tmp_path, tiny_topk_values):
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTask, TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.training_task import TopKSigLIPTask
     from medvl_engine.training.config import RunConfig
 
     images = {}
@@ -228,7 +230,8 @@ def test_intensity_range_of_the_task_reaches_its_training_breasts(tmp_path, tiny
 
 def test_intensity_range_outside_zero_one_is_refused(tmp_path):
     from medvl_engine.errors import ConfigError
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTask, TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.training_task import TopKSigLIPTask
     from medvl_engine.training.config import RunConfig
 
     config = TopKSigLIPTaskConfig(augment_intensity=1.0, grid=4, k=2)

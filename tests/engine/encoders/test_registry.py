@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -109,10 +108,8 @@ def test_text_tower_of_the_wrong_width_is_refused(clip_folder, tmp_path, make_ti
 def test_missing_hub_model_offline_fails_at_once(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    start = time.perf_counter()
     with pytest.raises(ModelNotFoundError) as caught:
         load_encoder("plip")
-    assert time.perf_counter() - start < 5
     message = str(caught.value)
     assert (
         "vinid/plip" in message and "offline" in message and "huggingface-cli download" in message
@@ -213,10 +210,8 @@ def test_unreachable_hub_fails_at_once_even_when_offline_mode_is_off(monkeypatch
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(_hub, "hub_reachable", lambda timeout=3.0: False)
-    start = time.perf_counter()
     with pytest.raises(ModelNotFoundError, match="'vinid/plip'.*could not be reached"):
         load_encoder("plip")
-    assert time.perf_counter() - start < 5
 
 
 def test_clip_text_side_saves_as_a_tower_paired_with_its_vision(clip_folder, tmp_path):

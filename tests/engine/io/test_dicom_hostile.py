@@ -7,7 +7,6 @@ import os
 import shutil
 import sys
 import threading
-import time
 
 import imagecodecs
 import numpy as np
@@ -300,7 +299,8 @@ def test_damaged_mammogram_headers_give_sentences_without_raw_text(tmp_path, wri
 
 
 def _open_within(path, seconds: float):
-    """open_slide(path) in a daemon thread; (slide or error, elapsed s), None if still running."""
+    """open_slide(path) in a daemon thread, waiting at most ``seconds`` (a hang guard);
+    (slide or error or None, whether the thread still runs)."""
     result: dict = {}
 
     def run() -> None:
@@ -309,11 +309,10 @@ def _open_within(path, seconds: float):
         except Exception as error:  # handed to the test, which asserts on it
             result["value"] = error
 
-    start = time.perf_counter()
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(seconds)
-    return result.get("value"), time.perf_counter() - start, worker.is_alive()
+    return result.get("value"), worker.is_alive()
 
 
 def _release_fifo(path) -> None:
@@ -343,11 +342,10 @@ def test_damaged_and_special_neighbours_do_not_stop_a_valid_sample_wsi(
     (tmp_path / "empty.dcm").write_bytes(b"")
     os.mkfifo(tmp_path / "x.dcm")
     try:
-        slide, elapsed, running = _open_within(tmp_path / "boxes_0.dcm", 10)
+        slide, running = _open_within(tmp_path / "boxes_0.dcm", 60)
     finally:
         _release_fifo(tmp_path / "x.dcm")
     assert not running, "opening a slide next to a FIFO must not wait on the FIFO"
-    assert elapsed < 10
     assert not isinstance(slide, Exception), slide
     with slide:
         assert slide.level_dimensions == [(16, 16)]
@@ -391,10 +389,10 @@ def test_a_fifo_in_an_opened_folder_is_skipped(tmp_path, coordinate_image, write
     write_sm_dicom(tmp_path / "a.dcm", image, tile=32, series_uid=generate_uid())
     os.mkfifo(tmp_path / "pipe.dcm")
     try:
-        slide, elapsed, running = _open_within(tmp_path, 10)
+        slide, running = _open_within(tmp_path, 60)
     finally:
         _release_fifo(tmp_path / "pipe.dcm")
-    assert not running and elapsed < 10
+    assert not running
     with slide:
         assert np.array_equal(np.asarray(slide.levels[0]), image)
         assert slide.properties["medvl.skipped_files"] == 1
@@ -610,7 +608,7 @@ def test_a_mammogram_declaring_a_huge_size_is_refused_before_decoding(
     )
     code = "import sys; from medvl_engine.io import open_mammogram; open_mammogram(sys.argv[1])"
     returncode, _, stderr, peak_mb = run_limited(
-        [sys.executable, "-c", code, str(path)], timeout_s=20, max_mb=1024
+        [sys.executable, "-c", code, str(path)], timeout_s=60, max_mb=1024
     )
     assert returncode != 0 and peak_mb < 1024
     assert "ResourceLimitError" in stderr and "65,535 x 65,535 px" in stderr

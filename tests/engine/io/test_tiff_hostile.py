@@ -1,4 +1,4 @@
-"""Hostile slide files end fast, in bounded memory, with exit status 2 and one sentence.
+"""Hostile slide files end in bounded memory, with exit status 2 and one sentence.
 
 Every file is opened in a child process under an address-space limit and a timeout
 (the ``run_limited`` fixture), so a decompression bomb or an endless loop fails the test
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from medvl_engine.io import open_slide
 from medvl_engine.io._tiff_ifds import check_ifd_chain
 from medvl_engine.io.safe_open import require_regular_file
 
-TIME_LIMIT_S = 10.0
+TIME_LIMIT_S = 60.0  # a hang guard for the child process, not a speed claim
 MEMORY_LIMIT_MB = 1024.0
 
 MEDVL = [sys.executable, "-m", "medvl_engine.cli.main"]
@@ -178,11 +177,9 @@ def _case(hostile, name: str) -> tuple[Path, str]:
     return hostile[name]
 
 
-def _assert_refused(result, path: Path, phrase: str, time_limit: float, started: float) -> None:
+def _assert_refused(result, path: Path, phrase: str) -> None:
     returncode, stdout, stderr, peak_mb = result
-    elapsed = time.monotonic() - started
     assert returncode == 2, f"exit {returncode}; stderr: {stderr[-2000:]}"
-    assert elapsed < time_limit, f"took {elapsed:.1f} s"
     assert peak_mb < MEMORY_LIMIT_MB, f"peak RSS {peak_mb:.0f} MB"
     assert phrase in stderr, stderr[-2000:]
     assert path.name in stderr
@@ -192,9 +189,8 @@ def _assert_refused(result, path: Path, phrase: str, time_limit: float, started:
 @pytest.mark.parametrize("name", CASES)
 def test_api_refuses_hostile_file(hostile, run_limited, name):
     path, phrase = _case(hostile, name)
-    started = time.monotonic()
     result = run_limited([sys.executable, "-c", API_PROBE, str(path)], TIME_LIMIT_S)
-    _assert_refused(result, path, phrase, TIME_LIMIT_S, started)
+    _assert_refused(result, path, phrase)
     # the sentence is the error's whole text (libraries may log above it)
     assert phrase in result[2].strip().splitlines()[-1]
 
@@ -202,18 +198,16 @@ def test_api_refuses_hostile_file(hostile, run_limited, name):
 @pytest.mark.parametrize("name", CASES)
 def test_info_refuses_hostile_file(hostile, run_limited, name):
     path, phrase = _case(hostile, name)
-    started = time.monotonic()
     result = run_limited([*MEDVL, "info", str(path)], TIME_LIMIT_S)
-    _assert_refused(result, path, phrase, TIME_LIMIT_S, started)
+    _assert_refused(result, path, phrase)
     assert result[2].strip().count("\n") == 0, "one line on stderr"
 
 
 def test_info_as_slide_refuses_huge_grayscale_strip_tiff(hostile, run_limited):
     # read as a mammogram by default (grayscale); as a slide when told so: bounded both ways
     path, phrase = _case(hostile, "grayscale strip 10^5 px a side")
-    started = time.monotonic()
     result = run_limited([*MEDVL, "info", "--kind", "slide", str(path)], TIME_LIMIT_S)
-    _assert_refused(result, path, phrase, TIME_LIMIT_S, started)
+    _assert_refused(result, path, phrase)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -221,20 +215,17 @@ def test_heatmap_refuses_hostile_file(hostile, run_limited, name, tmp_path):
     path, phrase = _case(hostile, name)
     out = tmp_path / "x.png"
     argv = [*MEDVL, "heatmap", str(path), "--model", "medvl-demo", "--prompt", "tumor"]
-    started = time.monotonic()
     result = run_limited([*argv, "--out", str(out)], TIME_LIMIT_S)
-    _assert_refused(result, path, phrase, TIME_LIMIT_S, started)
+    _assert_refused(result, path, phrase)
     assert not out.exists()
 
 
 def test_features_refuses_every_hostile_file_in_one_batch(hostile, run_limited, tmp_path):
     paths = [str(path) for path, _ in hostile.values()]
     argv = [*MEDVL, "features", *paths, "--encoder", "medvl-demo", "--out", str(tmp_path)]
-    started = time.monotonic()
     returncode, _, stderr, peak_mb = run_limited(argv, TIME_LIMIT_S)
-    elapsed = time.monotonic() - started
     assert returncode == 2, stderr[-3000:]
-    assert elapsed < TIME_LIMIT_S and peak_mb < MEMORY_LIMIT_MB, (elapsed, peak_mb)
+    assert peak_mb < MEMORY_LIMIT_MB, peak_mb
     for path, phrase in hostile.values():
         line = next((ln for ln in stderr.splitlines() if f"error: {path.name}:" in ln), "")
         assert phrase in line, (path.name, stderr[-3000:])
@@ -277,12 +268,10 @@ def test_ifd_walk_refuses_a_chain_of_too_many_directories(tmp_path, monkeypatch,
 def test_special_files_are_refused_without_being_opened(tmp_path):
     fifo = tmp_path / "pipe.tif"
     os.mkfifo(fifo)  # opening it for reading would block: the check must not
-    started = time.monotonic()
     with pytest.raises(UnsupportedFormatError, match="named pipe"):
         require_regular_file(fifo)
     with pytest.raises(UnsupportedFormatError, match="named pipe"):
         open_slide(fifo)
-    assert time.monotonic() - started < 2.0
     device = tmp_path / "null.svs"
     device.symlink_to(os.devnull)
     with pytest.raises(UnsupportedFormatError, match="character device"):
@@ -307,10 +296,8 @@ def test_huge_single_level_slide_thumbnail_is_bounded(tmp_path, run_limited, wri
         "mask, down = tissue_mask(slide)\n"
         "print(thumb.shape, int(thumb.max()), mask.shape, round(down, 3))\n"
     )
-    started = time.monotonic()
     returncode, stdout, stderr, peak_mb = run_limited(code, TIME_LIMIT_S)
     assert returncode == 0, stderr[-2000:]
-    assert time.monotonic() - started < TIME_LIMIT_S
     assert peak_mb < 600, peak_mb
     assert stdout.split() == ["(512,", "512,", "3)", "0", "(1024,", "1024)", "58.594"]
 
@@ -407,9 +394,8 @@ def test_jpeg2000_tile_stating_a_huge_image_is_not_decoded(
     tmp_path, run_limited, write_jpeg2000_tiff_stating
 ):
     path = write_jpeg2000_tiff_stating(tmp_path / "j2k-bomb.tif", 60_000)
-    started = time.monotonic()
     result = run_limited([sys.executable, "-c", API_PROBE, str(path)], TIME_LIMIT_S)
-    _assert_refused(result, path, "states an image of 60,000 x 60,000 px", TIME_LIMIT_S, started)
+    _assert_refused(result, path, "states an image of 60,000 x 60,000 px")
 
 
 def test_jpeg2000_tiles_of_their_own_size_still_decode(tmp_path, coordinate_image):

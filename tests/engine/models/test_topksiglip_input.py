@@ -70,7 +70,7 @@ def test_a_tophat_model_saves_and_loads_with_its_input(tmp_path, tiny_topk_model
 
 
 def test_an_unknown_backbone_input_in_a_training_config_is_refused(tmp_path):
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
     from medvl_engine.training.config import load_config
 
     config = tmp_path / "c.yaml"

@@ -50,7 +50,8 @@ def _loaded_in_workers(task, config: RunConfig, cases: list[tuple[int, int]]) ->
 # -- the two real tasks: batches in workers equal the in-process batches --------------------------
 @pytest.fixture(scope="module")
 def topk_task(tmp_path_factory, tiny_topk_values):
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.task import build_task
 
     root = tmp_path_factory.mktemp("topk-loader")
     task_config = TopKSigLIPTaskConfig(
@@ -176,7 +177,8 @@ def os_pid() -> int:
 def test_topk_training_with_workers_gives_the_losses_of_the_training_process(
     tmp_path, tiny_topk_values
 ):
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.task import build_task
 
     def run(workers: int, **overrides) -> dict:
         task_config = TopKSigLIPTaskConfig(

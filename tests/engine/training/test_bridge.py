@@ -11,11 +11,8 @@ import torch
 
 from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.tasks.limit.bridge import bridge_from_stores, fit_bridge
-from medvl_engine.tasks.limit.task import (
-    LimitTask,
-    LimitTaskConfig,
-    load_trainable_text_tower,
-)
+from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
+from medvl_engine.tasks.limit.tower import load_trainable_text_tower
 
 CLASSES = ["invasive carcinoma", "adipose tissue", "fibrous stroma", "necrosis", "lymphocytes"]
 
@@ -153,7 +150,7 @@ def test_conchz_recipe_takes_the_bridge_options():
 
 
 def test_lora_tunes_the_conch_text_tower_and_saves_plain_weights(toy, tmp_path, conch_v15_dim):
-    from medvl_engine.encoders.lora import LORA_TARGETS
+    from medvl_engine.encoders.lora_targets import LORA_TARGETS
     from medvl_engine.training import RunConfig, train
 
     root = toy[0]

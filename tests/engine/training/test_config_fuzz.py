@@ -21,13 +21,15 @@ from hypothesis import strategies as st
 from medvl_engine.common.config_ranges import field_range
 from medvl_engine.errors import MedVLError
 from medvl_engine.tasks.limit.task import LimitTaskConfig
-from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig
+from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
 from medvl_engine.training import RunConfig, load_config
+from medvl_engine.training.config import section_fields
 
 TASKS = (TopKSigLIPTaskConfig, LimitTaskConfig)
 NAMES = sorted(
     {f.name for f in dataclasses.fields(RunConfig)}
     | {f.name for cls in TASKS for f in dataclasses.fields(cls)}
+    | {name for cls in TASKS for name in section_fields(cls)}  # task settings by sections
 )
 FUZZ = settings(
     max_examples=int(os.environ.get("MEDVL_FUZZ_EXAMPLES", "60")),  # more for a deeper run
@@ -109,7 +111,7 @@ overrides = st.one_of(
     st.text(max_size=40),
     st.builds(
         lambda prefix, key, value: f"{prefix}{key}={value}",
-        st.sampled_from(["", "run.", "task.", "model."]),
+        st.sampled_from(["", "run.", "task.", "model.", "task.model.", "task.loss.", "task.data."]),
         st.sampled_from(NAMES),
         st.one_of(
             st.text(max_size=20),

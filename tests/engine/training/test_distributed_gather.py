@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from medvl_engine.errors import ConfigError
-from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, alignment_loss
+from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+from medvl_engine.tasks.topksiglip.training_task import alignment_loss
 from medvl_engine.training import RunConfig, train
 from medvl_engine.training import distributed as distributed_module
 from medvl_engine.training.distributed import gather_objects, gather_with_grad, shard_indices

@@ -13,6 +13,7 @@ from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.errors import DataError
 from medvl_engine.models import convnext as _convnext
 from medvl_engine.models.topksiglip import TopKSigLIP
+from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
 from medvl_engine.tasks.topksiglip.pretrain import (
     LesionPatches,
     lesion_patches,
@@ -20,7 +21,7 @@ from medvl_engine.tasks.topksiglip.pretrain import (
     pretrain_on_lesion_patches,
     pretrain_scorer_on_roi_cells,
 )
-from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
+from medvl_engine.tasks.topksiglip.task import build_task
 from medvl_engine.training import RunConfig, train
 
 torch.set_num_threads(1)

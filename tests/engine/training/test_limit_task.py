@@ -174,14 +174,14 @@ def test_cli_runs_with_overrides_and_reports_bad_ones(cohort, tmp_path, capsys):
 
 
 def test_projection_to_a_wider_vision_space_composes_with_an_existing_one(tmp_path, tiny_tower):
-    from medvl_engine.tasks.limit.task import _projection_to
+    from medvl_engine.tasks.limit.tower import projection_to
 
     tower = tiny_tower(tmp_path / "bert", out_dim=8)  # like CONCH v1 text -> 512
     tokens = tower.tokenize(["invasive carcinoma", "fat"])
     with torch.no_grad():
         narrow = tower(tokens["input_ids"], tokens["attention_mask"])  # [2, 8]
         old = tower.projection
-        merged = _projection_to(tower, 16)
+        merged = projection_to(tower, 16)
         extra_free = merged.weight @ torch.linalg.pinv(old.weight)  # recover W_new
         tower.projection = merged
         wide = tower(tokens["input_ids"], tokens["attention_mask"])

@@ -12,11 +12,8 @@ import pytest
 import torch
 
 from medvl_engine.errors import MissingDependencyError
-from medvl_engine.tasks.limit.task import (
-    LimitTask,
-    LimitTaskConfig,
-    load_trainable_text_tower,
-)
+from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
+from medvl_engine.tasks.limit.tower import load_trainable_text_tower
 from medvl_engine.training import RunConfig, train
 
 REPORTS = {

@@ -181,3 +181,30 @@ def test_resume_drops_an_evaluation_logged_after_its_checkpoint(tmp_path, monkey
     records = _logged(tmp_path / "run")
     assert [r["step"] for r in records if r["event"] == "step"] == list(range(1, 25))
     assert [(r["epoch"], r["step"]) for r in records if r["event"] == "eval"] == [(0, 12), (1, 24)]
+
+
+def test_trainer_methods_drive_a_run_by_hand_like_train(tmp_path):
+    from medvl_engine.training import Trainer
+    from medvl_engine.training.distributed import init_distributed
+
+    straight = train(ToyTask(ToyConfig()), _run(tmp_path / "a", epochs=1, grad_accum=2))
+    task = ToyTask(ToyConfig())
+    with Trainer(
+        task, _run(tmp_path / "b", epochs=1, grad_accum=2), init_distributed("cpu")
+    ) as trainer:
+        assert trainer.resume() is False  # run.resume is unset
+        trainer.train_model.train()
+        batches = iter(task.train_batches(0, 0, 1))
+        records = [trainer.step(batches, 2) for _ in range(6)]
+        assert [r["step"] for r in records] == list(range(1, 7))
+        assert trainer.state.batch_in_epoch == 12
+        metrics = trainer.evaluate()
+        trainer.checkpoint()
+    assert [r["loss"] for r in records] == straight["losses"]  # bit-identical
+    assert metrics == {
+        k: v for k, v in straight["evaluations"][0].items() if k not in ("epoch", "step")
+    }
+    saved = load_checkpoint(tmp_path / "b" / "run" / "checkpoint.pt")
+    assert saved["loop"]["step"] == 6 and saved["loop"]["batch_in_epoch"] == 12
+    with pytest.raises(ValueError, match="at least one micro-batch"):
+        trainer.step([])

@@ -23,15 +23,16 @@ torch.set_num_threads(int(sys.argv[3]))
 from medvl_engine.tasks.topksiglip import demo_recipe as demo
 from medvl_engine.training.loop import train
 from medvl_engine.tasks.topksiglip.task import build_task
-recipe = copy.deepcopy(demo.DEMO_CONFIG)
+recipe = demo.demo_config()
+recipe["task"] = demo.flat_task_settings(recipe)
 recipe["run"].update(epochs=5, warmup_steps=2, log_every=5)
 recipe["task"].update(
     synthetic_train=16, synthetic_eval=8, synthetic_test=0, synthetic_size=[160, 112],
     batch_size=4, vision_depths=[1, 1, 1, 1], vision_hidden_sizes=[8, 16, 32, 64],
-    image_size=128, grid=4, k=2, embed_dim=16, lesion_pretrain_steps=10,
+    image_size=128, grid=4, k=2, embed_dim=16, lesion_pretrain_steps=10, scorer_pretrain_steps=0,
     synthetic_dir=sys.argv[2],
 )
-demo.DEMO_CONFIG = recipe
+demo.demo_config = lambda: copy.deepcopy(recipe)
 run_config, task_config = demo.build_recipe(sys.argv[1])
 task = build_task(task_config, run_config)
 train(task, run_config)

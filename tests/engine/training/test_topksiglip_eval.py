@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 
 from medvl_engine.cli.train import main as train_main
 from medvl_engine.models.topksiglip_folder import load_topksiglip, save_topksiglip
-from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig, build_task
+from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+from medvl_engine.tasks.topksiglip.task import build_task
 from medvl_engine.training import RunConfig, train
 from tests.support.gloo import join_group, leave
 

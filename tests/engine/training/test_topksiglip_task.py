@@ -13,19 +13,16 @@ from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS
 from medvl_engine.data.patch_geometry import PatchGeometry
 from medvl_engine.models.topksiglip import build_topksiglip
 from medvl_engine.models.topksiglip_folder import load_topksiglip
+from medvl_engine.tasks.topksiglip.cohorts import shuffle_sentences
+from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
 from medvl_engine.tasks.topksiglip.evaluation import (
     MammoEvalOutputs,
     linear_probe_auroc,
     localisation_metrics,
     zero_shot_metrics,
 )
-from medvl_engine.tasks.topksiglip.task import (
-    TopKSigLIPTask,
-    TopKSigLIPTaskConfig,
-    build_task,
-    selection_metrics,
-    shuffle_sentences,
-)
+from medvl_engine.tasks.topksiglip.task import build_task
+from medvl_engine.tasks.topksiglip.training_task import TopKSigLIPTask, selection_metrics
 from medvl_engine.training import RunConfig, train
 
 torch.set_num_threads(1)

@@ -16,17 +16,14 @@ from medvl_engine.data.mammo_manifest import read_mammo_manifest, read_mammo_man
 from medvl_engine.data.mammo_reports import CANCER_SENTENCES
 from medvl_engine.errors import ConfigError
 from medvl_engine.losses import tabular_similarity
+from medvl_engine.tasks.topksiglip.cohorts import stratified_subset
+from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
 from medvl_engine.tasks.topksiglip.evaluation import (
     MammoEvalOutputs,
     linear_probe_auroc,
     linear_probe_metrics,
 )
-from medvl_engine.tasks.topksiglip.task import (
-    TopKSigLIPTaskConfig,
-    build_task,
-    report,
-    stratified_subset,
-)
+from medvl_engine.tasks.topksiglip.task import build_task, report
 from medvl_engine.training import RunConfig, train
 
 torch.set_num_threads(1)
@@ -259,7 +256,7 @@ def test_training_evaluates_val_only_and_eval_action_runs_k_sweep_and_probe_on_t
     assert {r.split for r in task.train_set.records} == {"train"}
     assert {r.split for r in task.eval_set.records} == {"val"}  # the task holds no test row
     # training reads no manifest again: the test split is never asked for
-    import medvl_engine.tasks.topksiglip.task as task_module
+    import medvl_engine.tasks.topksiglip.training_task as task_module
 
     asked = []
     reader = task_module.read_mammo_manifest_contents

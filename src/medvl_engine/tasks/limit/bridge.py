@@ -10,7 +10,7 @@ features of the same N patches (same order), the bridge is the ridge solution
       = (X1^T X1 + ridge * N * I)^-1 X1^T X15              W: [512, 768]
 
 and a text embedding ``t [512]`` maps to ``t W [768]``. As a ``Linear(512, 768)`` its weight
-is ``W^T``; :func:`medvl_engine.tasks.limit.task._projection_to` composes it with the
+is ``W^T``; :func:`medvl_engine.tasks.limit.tower.projection_to` composes it with the
 tower's own projection into one layer.
 
 ``medvl-train limit bridge`` fits the map once and writes it to a file
@@ -25,13 +25,24 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from medvl_engine.data.bags import read_bag_features
 from medvl_engine.errors import ConfigError, DataError
 
-__all__ = ["bridge_from_stores", "fit_bridge", "read_bridge_file", "write_bridge_file"]
+if TYPE_CHECKING:
+    from medvl_engine.tasks.limit.config import LimitTaskConfig
+    from medvl_engine.training.config import RunConfig
+
+__all__ = [
+    "bridge_action",
+    "bridge_from_stores",
+    "fit_bridge",
+    "read_bridge_file",
+    "write_bridge_file",
+]
 
 
 def fit_bridge(source: torch.Tensor, target: torch.Tensor, ridge: float = 1e-4) -> torch.Tensor:
@@ -178,3 +189,25 @@ def read_bridge_file(path: str | Path) -> tuple[torch.Tensor, dict[str, str]]:
     if bridge.ndim != 2:
         raise ConfigError(f"{path} holds a {bridge.ndim}-d bridge, not a [S, D] map.")
     return bridge.float(), metadata
+
+
+def bridge_action(run_config: RunConfig, task_config: LimitTaskConfig) -> int:
+    """``medvl-train limit bridge``: fit the least-squares bridge from the paired stores of
+    task.bridge_source_features / task.bridge_target_features and write it to
+    task.bridge_file (default ``<run.out_dir>/bridge.safetensors``)."""
+    target = task_config.bridge_file
+    if not target:
+        Path(run_config.out_dir).mkdir(parents=True, exist_ok=True)
+        target = str(Path(run_config.out_dir) / "bridge.safetensors")
+    path, bridge = write_bridge_file(
+        target,
+        task_config.bridge_source_features or [],
+        task_config.bridge_target_features or [],
+        task_config.bridge_ridge,
+    )
+    print(
+        f"wrote the {bridge.shape[0]} -> {bridge.shape[1]} bridge map to {path}; train with "
+        f"task.bridge_init=file task.bridge_file={path}",
+        flush=True,
+    )
+    return 0

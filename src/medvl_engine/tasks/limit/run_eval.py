@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from medvl_engine.training.config import RunConfig
+from medvl_engine.tasks.limit.training_task import LimitTask
 
 if TYPE_CHECKING:
     from medvl_engine.models.limit import LimitModel
-    from medvl_engine.tasks.limit.task import LimitTask
+    from medvl_engine.tasks.limit.config import LimitTaskConfig
+    from medvl_engine.training.config import RunConfig
 
 __all__ = ["BASELINE_ROWS", "evaluate_on_test", "eval_action"]
 
@@ -36,7 +37,7 @@ BASELINE_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _test_patches(task: Any) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
+def _test_patches(task: LimitTask) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
     """Labelled test patches: features ``[N, D]``, labels ``[N]``, slide index ``[N]``."""
     import zarr
 
@@ -186,12 +187,8 @@ def summarize_seeds(results: list[tuple[int | None, dict[str, Any]]]) -> dict[st
     }
 
 
-def eval_action(run_config: RunConfig, task_config: Any, task_class: type[LimitTask]) -> int:
-    """``medvl-train limit eval``: print the test figures of every seed's selected model.
-
-    ``task_class`` is :class:`~medvl_engine.tasks.limit.task.LimitTask` (passed in by that
-    module's ``eval`` action, so this module does not import the task).
-    """
+def eval_action(run_config: RunConfig, task_config: LimitTaskConfig) -> int:
+    """``medvl-train limit eval``: print the test figures of every seed's selected model."""
     from medvl_engine.common.atomic import atomic_write
     from medvl_engine.training.seeds import seed_runs, selected_model_dirs
 
@@ -199,7 +196,7 @@ def eval_action(run_config: RunConfig, task_config: Any, task_class: type[LimitT
     results = []
     for seed, folder in selected_model_dirs(run_config):
         run = runs[seed]
-        task = task_class(run.task_config, run.run_config)
+        task = LimitTask(run.task_config, run.run_config)
         result = evaluate_on_test(task, folder)
         results.append((seed, result))
         print("\n".join(_seed_lines(seed, result)), flush=True)

@@ -1,8 +1,9 @@
 """The TopKSigLIP demo recipe and the rebuild of the shipped ``topksiglip-demo`` model.
 
-:data:`DEMO_CONFIG` holds the same ``run`` / ``task`` sections as ``train/topksiglip_demo.yaml``
-(a test keeps the two identical), so an installed package can rebuild the demo model without
-the repository's ``train/`` folder. :func:`rebuild_shipped` (``make demo-models``, or
+The recipe is one YAML file shipped as package data (:data:`RECIPE`, read by
+:func:`demo_config`; ``train/topksiglip_demo.yaml`` of a checkout links to it), so an installed
+package can rebuild the demo model without the repository's ``train/`` folder.
+:func:`rebuild_shipped` (``make demo-models``, or
 ``python -m medvl_engine.tasks.demo_models topksiglip-demo``) trains the recipe through the
 shared training loop (``best/`` chosen on the validation breasts), scores that model once on the
 test breasts with ``medvl-train topksiglip eval``'s own function, and writes
@@ -13,7 +14,6 @@ model.safetensors (the trained parameters only) and MODEL_CARD.md.
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import subprocess
@@ -26,72 +26,36 @@ if TYPE_CHECKING:
     from medvl_engine.training.config import RunConfig
 
 __all__ = [
-    "DEMO_CONFIG",
+    "RECIPE",
     "build_recipe",
+    "demo_config",
+    "flat_task_settings",
     "finished_with_recipe",
     "model_card",
     "rebuild_shipped",
 ]
 
-DEMO_CONFIG: dict[str, dict[str, Any]] = {
-    "run": {
-        "lr": 2.0e-3,
-        "weight_decay": 0.05,
-        "epochs": 10,
-        "warmup_steps": 10,
-        "schedule": "cosine",
-        "grad_clip": 1.0,
-        "seed": 0,
-        "out_dir": "runs/topksiglip_demo",
-        "log_every": 5,
-        "select_metric": "cancer_pointing_mean",
-        "select_mode": "max",
-    },
-    "task": {
-        "synthetic_train": 800,
-        "synthetic_eval": 200,
-        "synthetic_test": 160,
-        "synthetic_size": [320, 224],
-        "synthetic_seed": 0,
-        "batch_size": 8,
-        "augment": True,
-        "report_shuffle": True,
-        "vision_pretrained": None,
-        "vision_depths": [1, 1, 2, 1],
-        "vision_hidden_sizes": [16, 32, 64, 128],
-        "vision_layer_scale_init": 0.1,
-        "vision_input": "gray_tophat",
-        "image_size": 256,
-        "grid": 8,
-        "overlap": 0.5,
-        "low_res_factor": 1,
-        "k": 4,
-        "tau_start": 1.0,
-        "tau_end": 0.6666667,
-        "tau_anneal_steps": 1000,
-        "text_family": "bert",
-        "text_pretrained": "all-MiniLM-L6-v2",
-        "freeze_text": True,
-        "context_length": 128,
-        "vision_pool_norm": "batchnorm",
-        "embed_dim": 64,
-        "logit_scale_init": 10.0,
-        "logit_bias_init": 0.0,
-        "objective": "sigmoid",
-        "target": "tabular",
-        "roi_supervision": True,
-        "dice_weight": 5.0,
-        "lesion_pretrain_steps": 2000,
-        "lesion_pretrain_lr": 2.0e-3,
-        "lesion_pretrain_malignancy": 1.0,
-        "lesion_pretrain_bright_normals": 2,
-        "scorer_pretrain_steps": 1500,
-        "scorer_pretrain_lr": 1.0e-3,
-        "vision_lr_scale": 0.2,
-        "eval_k_sweep": [],
-        "linear_probe": False,
-    },
-}
+RECIPE = "topksiglip_demo.yaml"
+"""The demo recipe, shipped as package data in ``medvl_engine/tasks/topksiglip/recipes/``
+(``train/topksiglip_demo.yaml`` of a checkout links to it)."""
+
+
+def demo_config() -> dict[str, dict[str, Any]]:
+    """The demo recipe's ``run`` and ``task`` sections as written in :data:`RECIPE` (the task
+    settings by sections), read from the installed package; a new dict on each call."""
+    from medvl_engine.training.config import read_yaml_config
+    from medvl_engine.training.registry import recipe_path
+
+    return read_yaml_config(recipe_path("topksiglip", RECIPE))
+
+
+def flat_task_settings(recipe: dict[str, Any]) -> dict[str, Any]:
+    """The ``task`` section of a recipe (written by sections or flat) as one flat mapping."""
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
+    from medvl_engine.training.config import flatten_sections
+
+    return flatten_sections(TopKSigLIPTaskConfig, recipe.get("task") or {}, "task")
+
 
 _BACKBONE_INPUT_WORDS = {
     "gray": "the grey image",
@@ -114,17 +78,18 @@ CARD_METRICS = (
 
 
 def build_recipe(out_dir: str | Path, seed: int = 0) -> tuple[Any, Any]:
-    """(RunConfig, TopKSigLIPTaskConfig) of :data:`DEMO_CONFIG` with its run in ``out_dir``
+    """(RunConfig, TopKSigLIPTaskConfig) of :func:`demo_config` with its run in ``out_dir``
     (the synthetic cohorts in ``out_dir/synthetic``) and ``run.seed`` / ``task.seed`` =
     ``seed``; the cohorts' seed stays the recipe's."""
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
     from medvl_engine.training.config import RunConfig, config_from_mapping
 
-    sections = copy.deepcopy(DEMO_CONFIG)
+    sections = demo_config()
+    task = flat_task_settings(sections)
     sections["run"].update(out_dir=str(out_dir), progress=False, seed=int(seed))
-    sections["task"]["seed"] = int(seed)
+    task["seed"] = int(seed)
     run_config = config_from_mapping(RunConfig, sections["run"], "run")
-    task_config = config_from_mapping(TopKSigLIPTaskConfig, sections["task"], "task")
+    task_config = config_from_mapping(TopKSigLIPTaskConfig, task, "task")
     return run_config, task_config
 
 
@@ -167,7 +132,8 @@ def model_card(provenance: dict[str, Any], evaluation: dict[str, Any]) -> str:
     model = evaluation["models"][0]["metrics"]
     baseline = evaluation["baseline"]["metrics"]
     reads = evaluation["baseline"].get("reads", {})
-    task = DEMO_CONFIG["task"]
+    recipe = demo_config()
+    task = flat_task_settings(recipe)
     rows = [
         f"| {key} | {_cell(model.get(key))} | {_cell(baseline.get(key))} | "
         f"{reads.get(key, 'max-intensity map' if key.startswith(('pointing', 'pixel')) else '')} |"
@@ -193,10 +159,10 @@ def model_card(provenance: dict[str, Any], evaluation: dict[str, Any]) -> str:
         "",
         f"- command: `{REBUILD_COMMAND}`",
         f"- commit: `{provenance['commit']}`",
-        f"- recipe: `train/topksiglip_demo.yaml` (= `DEMO_CONFIG` in "
-        "`medvl_engine/tasks/topksiglip/demo_recipe.py`), training seed "
+        f"- recipe: `train/topksiglip_demo.yaml` (shipped as "
+        f"`medvl_engine/tasks/topksiglip/recipes/{RECIPE}`), training seed "
         f"{provenance['seed']}; the model is `best/`, chosen on the validation breasts by "
-        f"`{DEMO_CONFIG['run']['select_metric']}`",
+        f"`{recipe['run']['select_metric']}`",
         f"- data: synthetic CC + MLO mammograms, generator version "
         f"{provenance['generator_version']} (`medvl_engine.synthetic.make_mammogram_case`), "
         f"views of {task['synthetic_size'][0]} x {task['synthetic_size'][1]} px (rows x cols), "
@@ -257,6 +223,7 @@ def finished_with_recipe(work: Path, run_config: RunConfig, task_config: Any) ->
     import dataclasses
 
     from medvl_engine.training.checkpoint import load_checkpoint
+    from medvl_engine.training.config import flatten_sections
 
     done = all((work / name / "model.safetensors").is_file() for name in ("final", "best"))
     if not done or not (work / "checkpoint.pt").is_file():
@@ -265,8 +232,10 @@ def finished_with_recipe(work: Path, run_config: RunConfig, task_config: Any) ->
     wanted = {"run": run_config, "task": task_config}
     for section, config in wanted.items():
         values = dataclasses.asdict(config)
-        # a setting added after the run was saved counts as its default
-        stored = {**_defaults(type(config)), **saved.get(section, {})}
+        # saved by sections or flat (runs saved before sections); a setting added after the
+        # run was saved counts as its default
+        written = flatten_sections(type(config), saved.get(section, {}), section)
+        stored = {**_defaults(type(config)), **written}
         for key in _PLACE_ONLY[section]:
             stored.pop(key, None)
             values.pop(key, None)
@@ -342,7 +311,7 @@ def rebuild_shipped(
             "synthetic_demo": True,
             "demo_name": SHIPPED_NAME,
             "generator_version": MAMMO_GENERATOR_VERSION,
-            "recipe": DEMO_CONFIG,
+            "recipe": demo_config(),
             "test_breasts": evaluation["test_breasts"],
             "test_metrics": test_metrics,
             "commit": provenance["commit"],

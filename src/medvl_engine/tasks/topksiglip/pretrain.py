@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,7 @@ from medvl_engine.data.mammo_dataset import MammoDataset, collate_breasts
 from medvl_engine.errors import DataError
 from medvl_engine.losses import roi_pointing_loss
 from medvl_engine.models import convnext as _convnext
+from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
 
 if TYPE_CHECKING:
     from transformers import ConvNextModel
@@ -59,7 +61,9 @@ __all__ = [
     "LesionPatches",
     "lesion_patches",
     "malignancy_rated",
+    "pretrain_backbone",
     "pretrain_on_lesion_patches",
+    "pretrain_scorer",
     "pretrain_scorer_on_roi_cells",
 ]
 
@@ -314,3 +318,73 @@ def pretrain_scorer_on_roi_cells(
         losses.append(_optimizer_step(optimizer, loss, "scorer pretraining"))
     model.train(was_training)
     return losses
+
+
+def pretrain_backbone(
+    model: TopKSigLIP,
+    dataset: MammoDataset,
+    config: TopKSigLIPTaskConfig,
+    progress: Callable[[str], None] | None = None,
+) -> float:
+    """Lesion-vs-normal patch pretraining of ``model.backbone`` (in place) on the ROI boxes of
+    ``dataset`` (the train split), with the ``task.lesion_pretrain_*`` settings: patches of
+    :func:`lesion_patches`, then :func:`pretrain_on_lesion_patches`. Returns the mean BCE of the
+    last 20 steps."""
+    patches = lesion_patches(
+        dataset,
+        config.geometry().patch_size,
+        seed=config.seed,
+        bright_normals_per_breast=config.lesion_pretrain_bright_normals,
+        sole_finding_outcome=config.lesion_pretrain_sole_finding_outcome,
+        crops_per_roi=config.lesion_pretrain_roi_crops,
+    )
+    if progress is not None:
+        positives = int(patches.labels.sum())
+        progress(
+            f"lesion pretraining: {config.lesion_pretrain_steps} steps on {positives} ROI "
+            f"and {len(patches.labels) - positives} normal patches"
+        )
+    losses = pretrain_on_lesion_patches(
+        model.backbone,
+        patches,
+        config.lesion_pretrain_steps,
+        lr=config.lesion_pretrain_lr,
+        seed=config.seed,
+        malignancy_weight=config.lesion_pretrain_malignancy,
+        malignancy_on_normals=config.lesion_pretrain_malignancy_normals,
+        backbone_input=config.vision_input,
+    )
+    tail = losses[-min(len(losses), 20) :]
+    final = sum(tail) / len(tail)
+    if progress is not None:
+        progress(
+            f"lesion pretraining: BCE {sum(losses[:20]) / len(losses[:20]):.3f} -> "
+            f"{final:.3f} (mean of the first / last 20 steps)"
+        )
+    return final
+
+
+def pretrain_scorer(
+    model: TopKSigLIP,
+    dataset: MammoDataset,
+    config: TopKSigLIPTaskConfig,
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Scorer pretraining of ``model`` (in place) on the ROI cells of ``dataset``'s breasts
+    with the ``task.scorer_pretrain_*`` settings (:func:`pretrain_scorer_on_roi_cells`)."""
+    losses = pretrain_scorer_on_roi_cells(
+        model,
+        dataset,
+        config.scorer_pretrain_steps,
+        lr=config.scorer_pretrain_lr,
+        backbone_lr_scale=config.vision_lr_scale,
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
+    if progress is not None and losses:
+        head, tail = losses[:20], losses[-min(len(losses), 20) :]
+        progress(
+            f"scorer pretraining: {config.scorer_pretrain_steps} steps, ROI cross entropy "
+            f"{sum(head) / len(head):.3f} -> {sum(tail) / len(tail):.3f} "
+            "(mean of the first / last 20 steps)"
+        )

@@ -40,8 +40,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from medvl_engine.models.topksiglip import TopKSigLIP
+    from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
     from medvl_engine.tasks.topksiglip.evaluation import MammoEvalOutputs
-    from medvl_engine.tasks.topksiglip.task import TopKSigLIPTask, TopKSigLIPTaskConfig
+    from medvl_engine.tasks.topksiglip.training_task import TopKSigLIPTask
 
 __all__ = ["evaluate_test_split", "LEVEL", "REPORT_SPLITS", "RESULT_NAME", "VALIDATION_RESULT_NAME"]
 
@@ -221,7 +222,7 @@ def evaluate_test_split(
     """Score the saved model(s) on the test split (or, with ``task.report_split=validation``,
     on the validation breasts); print and write the report; exit status.
 
-    ``task_class`` is :class:`~medvl_engine.tasks.topksiglip.task.TopKSigLIPTask` (passed
+    ``task_class`` is :class:`~medvl_engine.tasks.topksiglip.training_task.TopKSigLIPTask` (passed
     in by that module's ``eval`` action, so this module does not import the task).
 
     Runs in one process, on ``run.device`` (auto: the GPU when there is one); started under

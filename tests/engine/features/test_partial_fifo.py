@@ -1,4 +1,4 @@
-"""The viewer's partial-feature reader never blocks on a cache store holding a named pipe."""
+"""Reading back a store being written never blocks on a chunk that is a named pipe."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_read_stored_skips_a_store_whose_chunk_is_a_named_pipe(tmp_path, run_lim
         from pathlib import Path
         import numpy as np
         from medvl_engine.features import FeatureStore
-        from napari_medvl._partial_features import PartialFeatures
+        from medvl_engine.features import PartialFeatures
         coords = np.array([[256 * i, 0] for i in range(4)], dtype=np.int64)
         store = FeatureStore(
             features=np.zeros((4, 8), np.float32), coords=coords, patch_size_level0=256,

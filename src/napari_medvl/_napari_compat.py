@@ -1,0 +1,273 @@
+"""Every patch of napari or vispy private state, applied only on the versions it was written for.
+
+Two patches make a dock's first result draw without stalls on the GUI thread:
+
+- **Glyphs** (:func:`prerender_glyphs`). napari draws canvas text with signed-distance-field
+  glyphs that it makes the first time a character is drawn: a Qt raster of the character at
+  256 pt, then a distance field and a resampling on the CPU, 10 - 40 ms per character, inside a
+  canvas draw on the GUI thread. The first rank label a dock shows needs about 17 of them (its
+  own characters and the nine napari measures the line height with): a 300 - 600 ms stall. Here
+  the raster and the distance field are made in a worker thread; the GUI thread only copies each
+  small bitmap into the canvas's glyph atlas (well under 1 ms a glyph). Builds on napari's font
+  classes (``napari._vispy.utils.qt_font``).
+- **Mesh shaders** (:func:`keep_mesh_shaders`). vispy's ``MeshVisual`` builds a new
+  colour-transform shader function every time its data change, so each new set of rectangles in
+  a napari shapes layer makes vispy regenerate, compile and link the programs of the layer's face
+  and highlight meshes inside the next canvas draw, on the GUI thread (about 20 ms of a
+  re-prompt's display with a software renderer; see ``bench/bench_plugin_stalls.py``). For
+  per-vertex or single RGBA colours, which is all a top-patch layer draws, that function is the
+  same pass-through every time: each mesh of such a layer keeps the first one it built (vispy
+  leaves a program alone when the function assigned to it is the one it already holds, and only
+  the vertex buffers are uploaded). Builds on napari's shapes visual
+  (``canvas.layer_to_visual[layer].node`` with ``shape_faces`` and ``shape_highlights``).
+
+Each patch names the napari and vispy versions it was written for (``WRITTEN_FOR``, inclusive
+(major, minor) ranges). With any other version, or where the private state is not where the
+patch expects it, nothing is patched: napari makes glyphs at first draw and recompiles meshes on
+new data, as it always does, and the first refusal is logged once per patch.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from napari_medvl._event_turns import when_ready
+
+__all__ = [
+    "LABEL_CHARACTERS",
+    "LINE_HEIGHT_CHARACTERS",
+    "WRITTEN_FOR",
+    "keep_mesh_shaders",
+    "patch_applies",
+    "prerender_glyphs",
+]
+
+_LOG = logging.getLogger(__name__)
+
+Version = tuple[int, int]
+WRITTEN_FOR: dict[str, dict[str, tuple[Version, Version]]] = {
+    "glyphs": {"napari": ((0, 6), (0, 9)), "vispy": ((0, 14), (0, 17))},
+    "mesh_shaders": {"napari": ((0, 9), (0, 9)), "vispy": ((0, 17), (0, 17))},
+}
+"""Patch -> package -> (oldest, newest) (major, minor) version the patch was written for."""
+
+_announced: set[str] = set()  # patches whose refusal has been logged
+
+
+def _version(package: str) -> str:
+    """``package.__version__`` ("" when it has none)."""
+    import importlib
+
+    return str(getattr(importlib.import_module(package), "__version__", ""))
+
+
+def _major_minor(version: str) -> Version | None:
+    """(major, minor) of a version string such as "0.9.2" or "0.10.0.dev3", None if unreadable."""
+    found = re.match(r"\s*(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def patch_applies(patch: str) -> bool:
+    """True when the installed napari and vispy are the versions ``patch`` (a key of
+    ``WRITTEN_FOR``) was written for; otherwise False, logged once per patch."""
+    found = {package: _version(package) for package in WRITTEN_FOR[patch]}
+    for package, (oldest, newest) in WRITTEN_FOR[patch].items():
+        version = _major_minor(found[package])
+        if version is None or not oldest <= version <= newest:
+            if patch not in _announced:
+                _announced.add(patch)
+                _LOG.warning(
+                    "napari-medvl leaves napari unpatched (%s): written for %s, found %s.",
+                    patch,
+                    ", ".join(
+                        f"{name} {low[0]}.{low[1]} - {high[0]}.{high[1]}"
+                        for name, (low, high) in WRITTEN_FOR[patch].items()
+                    ),
+                    ", ".join(f"{name} {value or 'unknown'}" for name, value in found.items()),
+                )
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- glyphs
+
+LINE_HEIGHT_CHARACTERS = "ÅÉÑŐjgpqy"
+"""Characters vispy measures every text's line height with (drawn with the first text)."""
+LABEL_CHARACTERS = " #-.0123456789"
+"""Every character a rank label ``#{rank} {score:.3f}`` can hold (a top patch's two-line label
+also holds a line break, which vispy lays out without a glyph)."""
+
+
+def _canvas_font(viewer: Any) -> Any | None:
+    """The viewer's canvas font that napari text layers draw with, or None.
+
+    A dock gets the viewer behind napari's public-only proxy; the font is reached on the
+    viewer itself (``__wrapped__``), read only, and only here.
+    """
+    try:
+        viewer = getattr(viewer, "__wrapped__", viewer)
+        font_info = viewer.window._qt_viewer.canvas.font_info
+        font_info = font_info() if callable(font_info) else font_info  # a method in napari 0.9
+        font = font_info.font_manager.get_font(font_info.face, False, False)
+        for name in ("_glyphs", "_atlas", "_renderer", "_qfont", "_spread", "ratio"):
+            getattr(font, name)
+    except Exception:  # another napari: it makes glyphs at first draw, as always
+        return None
+    return font
+
+
+def _glyph_tile(
+    font: Any, qfont: Any, metrics: Any, character: str
+) -> tuple[dict[str, Any], np.ndarray]:
+    """One glyph's napari record and its atlas tile [h, w, 3] uint8 (distance field).
+
+    The tile is what napari's own loader stores: the 256 pt raster padded by the font's
+    spread, turned into a distance field and resampled to 1 / ratio of its size.
+    """
+    from napari._vispy.utils.qt_font import _load_glyph_qt
+
+    made: dict[str, dict[str, Any]] = {}
+    _load_glyph_qt(qfont, metrics, character, made)
+    glyph = made[character]
+    raster = glyph["bitmap"]
+    spread = font._spread
+    padded = np.zeros((raster.shape[0] + 2 * spread, raster.shape[1] + 2 * spread), np.uint8)
+    padded[spread:-spread, spread:-spread] = raster
+    height, width = padded.shape[0] // font.ratio, padded.shape[1] // font.ratio
+    tile = np.zeros((height, width, 3), np.uint8)
+    font._renderer.render_to_texture(padded, tile, (0, 0), (width, height))
+    glyph["kerning"] = {}
+    return glyph, tile
+
+
+def _store(font: Any, character: str, glyph: dict[str, Any], tile: np.ndarray) -> None:
+    """Put a prerendered glyph into the font's atlas and glyph table (GUI thread), with the
+    kerning against the glyphs already there, as napari's loader records it."""
+    if character in font._glyphs:
+        return
+    height, width = tile.shape[:2]
+    region = font._atlas.get_free_region(width + 2, height + 2)
+    if region is None:  # atlas full: napari's loader reports it when it needs the glyph
+        return
+    x, y = region[0] + 1, region[1] + 1
+    font._atlas[y : y + height, x : x + width, :] = tile
+    rows, cols = font._atlas.shape[:2]
+    glyph["size"] = (width, height)
+    glyph["texcoords"] = (x / cols, y / rows, (x + width) / cols, (y + height) / rows)
+    metrics, advance = font._metrics, glyph["advance"]
+    for other_character, other in font._glyphs.items():
+        glyph["kerning"][other_character] = (
+            metrics.horizontalAdvance(other_character + character) - other["advance"] - advance
+        )
+        other["kerning"][character] = (
+            metrics.horizontalAdvance(character + other_character) - advance - other["advance"]
+        )
+    font._glyphs[character] = glyph
+
+
+def prerender_glyphs(
+    parent: Any, viewer: Any, characters: str = LINE_HEIGHT_CHARACTERS + LABEL_CHARACTERS
+) -> threading.Event:
+    """Make the glyphs of ``characters`` for ``viewer``'s canvas text in a worker thread and
+    store them on a later event-loop turn; the returned event is set once they are stored
+    (or at once when there is nothing to do). ``parent``: the Qt widget the turn belongs to.
+    """
+    stored = threading.Event()
+    font: Any = _canvas_font(viewer) if patch_applies("glyphs") else None
+    missing = [c for c in dict.fromkeys(characters) if font is not None and c not in font._glyphs]
+    if not missing:
+        stored.set()
+        return stored
+    from qtpy.QtGui import QFont, QFontMetricsF
+
+    made: list[tuple[str, dict[str, Any], np.ndarray]] = []
+    computed = threading.Event()
+
+    def compute() -> None:
+        try:
+            qfont = QFont(font._qfont)  # a copy: the GUI thread draws with the original
+            metrics = QFontMetricsF(qfont)
+            for character in missing:
+                made.append((character, *_glyph_tile(font, qfont, metrics, character)))
+        except Exception:  # napari makes whatever is missing at first draw
+            pass
+        finally:
+            computed.set()
+
+    def store() -> None:
+        try:
+            for character, glyph, tile in made:
+                _store(font, character, glyph, tile)
+        finally:
+            stored.set()
+
+    threading.Thread(target=compute, name="medvl-glyphs", daemon=True).start()
+    when_ready(parent, computed, store)
+    return stored
+
+
+# --------------------------------------------------------------------------- mesh shaders
+
+
+def _shape_meshes(viewer: Any, layer: Any) -> tuple[Any, ...]:
+    """The face and highlight meshes of ``layer``'s canvas visual, or () where napari differs."""
+    try:
+        viewer = getattr(viewer, "__wrapped__", viewer)
+        node = viewer.window._qt_viewer.canvas.layer_to_visual[layer].node
+        meshes = (node.shape_faces, node.shape_highlights)
+        for mesh in meshes:
+            if not callable(mesh._build_color_transform):
+                return ()
+    except Exception:  # another napari or vispy, or a viewer without a canvas
+        return ()
+    return meshes
+
+
+def _current_function(mesh: Any) -> Any:
+    """The colour-transform function ``mesh``'s programs hold now when it is the RGBA
+    pass-through (napari builds a shapes layer's face mesh as it adds the layer), else None."""
+    from vispy.visuals.shaders import Function, FunctionChain
+
+    try:
+        current = mesh.shared_program.vert["color_transform"]
+    except (KeyError, AttributeError):
+        return None
+    if isinstance(current, Function) and not isinstance(current, FunctionChain):
+        return current
+    return None
+
+
+def _reusing(build: Callable[[Any], Any], current: Any = None) -> Callable[[Any], Any]:
+    """``build(colors)``, except that RGBA colours always get one function: ``current`` (the
+    one the programs hold already), or else the first one built."""
+    built: list[Any] = [] if current is None else [current]
+
+    def build_color_transform(colors: Any) -> Any:
+        if colors.ndim == 2 and colors.shape[1] == 1:  # values through a colour map
+            return build(colors)
+        if not built:
+            built.append(build(colors))
+        return built[0]
+
+    build_color_transform.keeps_rgba_function = True  # type: ignore[attr-defined]
+    return build_color_transform
+
+
+def keep_mesh_shaders(viewer: Any, layer: Any) -> bool:
+    """Make the meshes of shapes ``layer`` keep their shader programs across new data.
+
+    Call it once the layer is in ``viewer`` (its canvas visual exists); calling it again does
+    nothing. Returns True when the layer's meshes keep their programs from now on.
+    """
+    meshes = _shape_meshes(viewer, layer) if patch_applies("mesh_shaders") else ()
+    for mesh in meshes:
+        build = mesh._build_color_transform
+        if not getattr(build, "keeps_rgba_function", False):
+            mesh._build_color_transform = _reusing(build, _current_function(mesh))
+    return bool(meshes)

@@ -1,0 +1,74 @@
+"""The napari/vispy patches apply only on the versions they were written for."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from napari_medvl import _napari_compat
+from napari_medvl._napari_compat import (
+    WRITTEN_FOR,
+    keep_mesh_shaders,
+    patch_applies,
+    prerender_glyphs,
+)
+from napari_medvl._widget_common import add_layer
+
+RECTANGLES = (
+    [[[10.0, 10.0], [10.0, 50.0], [50.0, 50.0], [50.0, 10.0]]],
+    {"shape_type": "rectangle", "face_color": "transparent"},
+    "shapes",
+)
+
+
+@pytest.fixture
+def fresh_announcements(monkeypatch):
+    monkeypatch.setattr(_napari_compat, "_announced", set())
+
+
+def test_the_installed_napari_and_vispy_are_the_ones_the_patches_were_written_for():
+    assert all(patch_applies(patch) for patch in WRITTEN_FOR)
+
+
+@pytest.mark.parametrize("package, version", [("napari", "0.99.0"), ("vispy", "not a version")])
+def test_an_unknown_version_leaves_napari_unpatched_and_says_so_once(
+    make_napari_viewer, qtbot, monkeypatch, caplog, fresh_announcements, package, version
+):
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(package), "__version__", version)
+    viewer = make_napari_viewer(show=True)
+    font_info = viewer.window._qt_viewer.canvas.font_info
+    font_info = font_info() if callable(font_info) else font_info
+    font = font_info.font_manager.get_font(font_info.face, False, False)
+    label_glyphs = set("#-.0123456789") - set(font._glyphs)  # drawn by no layer here
+    reached: list[str] = []
+    for name in ("_canvas_font", "_shape_meshes"):
+        private = getattr(_napari_compat, name)
+        monkeypatch.setattr(
+            _napari_compat, name, lambda *args, n=name, f=private: reached.append(n) or f(*args)
+        )
+    with caplog.at_level(logging.WARNING, logger=_napari_compat.__name__):
+        stored = prerender_glyphs(viewer.window._qt_window, viewer)
+        layer = add_layer(viewer, RECTANGLES)
+        assert keep_mesh_shaders(viewer, layer) is False
+        prerender_glyphs(viewer.window._qt_window, viewer)
+    assert stored.is_set()  # nothing to wait for: napari makes glyphs at first draw
+    qtbot.wait(200)  # a prerender would have stored its glyphs by now
+    assert label_glyphs and not label_glyphs & set(font._glyphs)
+    assert reached == []  # napari's private state was not even looked at
+    node = viewer.window._qt_viewer.canvas.layer_to_visual[layer].node
+    for mesh in (node.shape_faces, node.shape_highlights):
+        assert not getattr(mesh._build_color_transform, "keeps_rgba_function", False)
+    refusals = [record.getMessage() for record in caplog.records]
+    assert len(refusals) == 2  # once per patch, however often it is asked
+    assert all("leaves napari unpatched" in message for message in refusals)
+    assert all(f"{package} {version}" in message for message in refusals)
+
+
+def test_the_same_viewer_is_patched_on_the_versions_written_for(make_napari_viewer):
+    viewer = make_napari_viewer(show=True)
+    layer = add_layer(viewer, RECTANGLES)
+    node = viewer.window._qt_viewer.canvas.layer_to_visual[layer].node
+    assert getattr(node.shape_faces._build_color_transform, "keeps_rgba_function", False)
