@@ -35,7 +35,7 @@ def _write(path: Path, features: np.ndarray, row_chunks: bool) -> Path:
 
 
 def main(repeats: int = 7, patches: int = 20000, dim: int = 768, sample: int = 512) -> int:
-    from medvl_engine.data.bags import read_bag_features, read_bag_rows, sample_patch_rows
+    from medvl_engine.features.bags import read_bag_features, read_bag_rows, sample_patch_rows
 
     features = np.random.default_rng(0).normal(size=(patches, dim)).astype(np.float32)
     generator = torch.Generator().manual_seed(0)

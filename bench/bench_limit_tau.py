@@ -19,9 +19,10 @@ TAUS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 def main(cohort_dir: str = "runs/limit-demo/data") -> int:
-    from medvl_engine.data import read_bag_features, read_manifest
+    from medvl_engine.data import read_manifest
     from medvl_engine.encoders import load_encoder
     from medvl_engine.evaluation import balanced_accuracy
+    from medvl_engine.features.bags import read_bag_features
     from medvl_engine.models.limit import report_guided_pool
     from medvl_engine.synthetic.reports import DIAGNOSES
     from medvl_engine.tasks.limit.synthetic_bags import make_synthetic_bags

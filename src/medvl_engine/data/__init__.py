@@ -1,9 +1,10 @@
-"""Data for training: manifests, patch-feature bags, the organ-stratified sampler, reports.
+"""Data for training: manifests, the organ-stratified sampler, reports.
+
+Patch-feature bags (read from a feature store or an .h5) are in :mod:`medvl_engine.features.bags`.
 
 Nothing here reads a file at import time.
 """
 
-from medvl_engine.data.bags import BagCache, collate_bags, read_bag_features
 from medvl_engine.data.manifest import REQUIRED_COLUMNS, SPLITS, SlideRecord, read_manifest
 from medvl_engine.data.reports import (
     LLM_PROMPT,
@@ -19,9 +20,6 @@ __all__ = [
     "read_manifest",
     "REQUIRED_COLUMNS",
     "SPLITS",
-    "read_bag_features",
-    "collate_bags",
-    "BagCache",
     "OrganStratifiedSampler",
     "ReportFilter",
     "filter_report",

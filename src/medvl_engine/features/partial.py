@@ -4,7 +4,7 @@
 as features arrive (``known`` [N] marks them): patches in a viewer's view are encoded directly
 (nearest the view's centre first), the others come from the resumable extraction into the
 store at ``store_path``, run in a background thread and read back as its rows are written
-(:func:`~medvl_engine.features.store.written_rows`). A map of the known rows lands on the
+(:func:`~medvl_engine.features.store_io.written_rows`). A map of the known rows lands on the
 complete map's grid, so a viewer's overlay fills in where it will end. A caller that keeps a
 PartialFeatures after a cancel continues from it. Used by :func:`medvl_engine.pathology.
 prompt_heatmap`; pixels and preprocessing are the extraction's (:func:`.extract.grid_patches`).
@@ -157,7 +157,7 @@ class PartialFeatures:
         A store of other features (another grid size or width) is not read; the extraction
         replaces it.
         """
-        from medvl_engine.features.store import written_rows
+        from medvl_engine.features.store_io import written_rows
 
         width = self.store.features.shape[1]
         rows = written_rows(self.store_path, self.stored, self.total, width)

@@ -17,7 +17,8 @@ from medvl_engine.errors import DataError, MedVLError, UnsupportedFormatError
 from medvl_engine.features._sniff import HDF5_MAGIC, ZIP_MAGIC
 from medvl_engine.features.h5_import import read_clam_pt, read_h5_features
 from medvl_engine.features.identity import check_store_matches_slide, slide_identity
-from medvl_engine.features.store import FeatureStore, store_source_fingerprint, write_imported_store
+from medvl_engine.features.store import FeatureStore, write_imported_store
+from medvl_engine.features.store_io import store_source_fingerprint
 from medvl_engine.guarded_files import require_data_file
 
 if TYPE_CHECKING:

@@ -8,6 +8,8 @@ level-0 px of each patch's top-left corner; attributes ``patch_size_level0``, ``
 px), ``n_total`` and ``n_done`` (rows written, in order; a store with n_done < n_total is
 resumed by running the extraction again). A store imported from a TRIDENT/CLAM file also has
 ``imported_from`` (that file's name) and ``source_fingerprint`` (its content fingerprint).
+A synthetic cohort's store also has ``patch_labels`` [N] int64. The array names are defined
+here once; :mod:`.store_io` reads and writes the parts used outside an extraction with them.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from medvl_engine.guarded_files import check_zarr_array, check_zarr_tree
 __all__ = [
     "STORE_FORMAT",
     "FeatureStore",
+    "COORDS_ARRAY",
+    "FEATURES_ARRAY",
+    "PATCH_LABELS_ARRAY",
     "StoreMismatch",
     "create_store",
     "extraction_attributes",
@@ -48,12 +53,12 @@ __all__ = [
     "rows_written",
     "read_store",
     "stored_count",
-    "store_source_fingerprint",
     "write_imported_store",
-    "written_rows",
 ]
 
 STORE_FORMAT = "medvl-features/1"
+# The store's arrays: the only place their names are spelled (store_io and bags use these).
+FEATURES_ARRAY, COORDS_ARRAY, PATCH_LABELS_ARRAY = "features", "coords", "patch_labels"
 # Attributes that must agree for an existing store to be resumed rather than refused.
 _IDENTITY_KEYS = (
     "patch_size_level0",
@@ -152,7 +157,7 @@ def features_array(group: zarr.Group, path: Path) -> zarr.Array[Any]:
     it is missing or not an array)."""
     import zarr
 
-    name = "features"
+    name = FEATURES_ARRAY
     try:
         array = group[name]
     except Exception as error:  # zarr raises many types for missing or damaged metadata
@@ -238,7 +243,7 @@ def create_store(
     group = zarr.open_group(str(path), mode="w", attributes={**attrs, "n_done": 0})
     total, dim = len(coords), int(attrs["embed_dim"])
     group.create_array(
-        "features",
+        FEATURES_ARRAY,
         shape=(total, dim),
         dtype="float32",
         chunks=(max(1, min(chunk_rows, max(total, 1))), dim),
@@ -246,7 +251,7 @@ def create_store(
     )
     # write_empty_chunks: a chunk of (0, 0) pairs is written too, so a missing chunk means damage
     group.create_array(
-        "coords",
+        COORDS_ARRAY,
         data=np.asarray(coords, dtype=np.int64).reshape(-1, 2),
         config={"write_empty_chunks": True},
     )
@@ -285,7 +290,7 @@ def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]) -> z
         )
     try:
         group = zarr.open_group(str(path), mode="r+")
-        if "features" not in group or "coords" not in group:
+        if FEATURES_ARRAY not in group or COORDS_ARRAY not in group:
             return None  # killed while being created: start again
     except Exception as error:  # zarr raises many types for damaged metadata
         raise DataError(
@@ -311,7 +316,7 @@ def open_store_group(path: Path, coords: np.ndarray, attrs: dict[str, Any]) -> z
         )
     if stored == wanted and stored_count(group, "n_done", path) == 0:
         return None  # no row written yet (stopped while being made, e.g. disk full): made again
-    stored_coords = group["coords"]
+    stored_coords = group[COORDS_ARRAY]
     try:
         same_coords = isinstance(stored_coords, zarr.Array) and np.array_equal(
             stored_coords[:], coords
@@ -351,7 +356,7 @@ def read_store(path: Path) -> dict[str, Any]:
     try:
         group = zarr.open_group(str(root), mode="r")
         attrs: dict[str, Any] = dict(group.attrs)
-        features_array, coords_array = group["features"], group["coords"]
+        features_array, coords_array = group[FEATURES_ARRAY], group[COORDS_ARRAY]
         if not isinstance(features_array, zarr.Array) or not isinstance(coords_array, zarr.Array):
             raise TypeError("features and coords must be arrays")
     except Exception as error:  # zarr raises many types for a bad folder
@@ -424,50 +429,6 @@ def read_store(path: Path) -> dict[str, Any]:
         "slide_fingerprint": optional_text(attrs, "slide_fingerprint"),
         "imported_from": optional_text(attrs, "imported_from"),
     }
-
-
-def store_source_fingerprint(path: Path) -> str | None:
-    """``source_fingerprint`` of a complete imported store at ``path``, else None."""
-    import zarr
-
-    try:
-        check_zarr_tree(path)
-        attrs = zarr.open_group(str(path), mode="r").attrs
-        if attrs.get("format") != STORE_FORMAT or attrs.get("n_done") != attrs.get("n_total"):
-            return None
-        fingerprint = attrs.get("source_fingerprint")
-        return None if fingerprint is None else str(fingerprint)
-    except Exception:  # missing or damaged: imported again
-        return None
-
-
-def written_rows(path: Path, start: int, n_total: int, embed_dim: int) -> np.ndarray:
-    """Rows [start, n_done) of the store at ``path`` while an extraction writes it, float32
-    [M, embed_dim] (it writes rows before it raises ``n_done``); M = 0 when the store is absent,
-    being made, of another grid or width, or has nothing new. Never blocks on a chunk that is
-    not a regular file (:func:`~medvl_engine.guarded_files.check_zarr_tree`)."""
-    import zarr
-
-    nothing = np.zeros((0, embed_dim), dtype=np.float32)
-    if not path.is_dir():
-        return nothing
-    try:
-        check_zarr_tree(path)
-        group = zarr.open_group(str(path), mode="r")
-        attrs = dict(group.attrs)
-        features = group["features"]
-    except Exception:  # being created or rewritten: read it on the next call
-        return nothing
-    done = attrs.get("n_done", 0)
-    if (
-        not isinstance(features, zarr.Array)
-        or not isinstance(done, int)
-        or attrs.get("n_total") != n_total
-        or features.shape[1:] != (embed_dim,)
-        or min(done, n_total) <= start
-    ):
-        return nothing
-    return np.asarray(features[start : min(done, n_total)], dtype=np.float32)
 
 
 def write_imported_store(out_path: Path, store: FeatureStore, *, source_fingerprint: str) -> None:

@@ -12,13 +12,12 @@ import torch
 
 from medvl_engine.data import (
     OrganStratifiedSampler,
-    collate_bags,
     filter_report,
     llm_report_filter,
-    read_bag_features,
     read_manifest,
 )
 from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.features.bags import collate_bags, read_bag_features
 
 
 @pytest.fixture(scope="session")

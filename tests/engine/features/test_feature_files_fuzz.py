@@ -21,9 +21,9 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from medvl_engine.data.bags import bag_shape, read_bag_features, read_bag_rows
 from medvl_engine.errors import MedVLError
 from medvl_engine.features import FeatureStore
+from medvl_engine.features.bags import bag_shape, read_bag_features, read_bag_rows
 from medvl_engine.features.h5_import import import_h5_features, read_h5_coords, read_h5_features
 from medvl_engine.features.store import write_imported_store
 

@@ -99,7 +99,7 @@ def test_named_pipes_as_feature_files_are_refused_without_blocking(tmp_path, run
         from medvl_engine.export import load_heatmap_npz
         from medvl_engine.features import FeatureStore
         from medvl_engine.features.h5_import import read_clam_pt, read_h5_features
-        from medvl_engine.data.bags import read_bag_features, bag_shape
+        from medvl_engine.features.bags import read_bag_features, bag_shape
         from medvl_engine.features import open_features_for_slide
         from medvl_engine.cli.main import main
         folder = Path({str(tmp_path)!r})
@@ -275,7 +275,7 @@ def test_h5_bombs_and_lazily_declared_datasets_are_refused_before_reading(tmp_pa
         from pathlib import Path
         from medvl_engine.errors import MedVLError
         from medvl_engine.features.h5_import import read_h5_features
-        from medvl_engine.data.bags import read_bag_features
+        from medvl_engine.features.bags import read_bag_features
         folder = Path({str(tmp_path)!r})
         for name in ("lazy.h5", "lazy_rows.h5", "bomb.h5"):
             for reader in (read_h5_features, read_bag_features):

@@ -117,7 +117,7 @@ def test_two_workers_load_the_same_batches_as_the_training_process(task_fixture,
 
 
 def test_a_worker_copy_of_a_task_carries_no_decoded_data(topk_task, limit_task):
-    from medvl_engine.data.bags import BagCache
+    from medvl_engine.features.bags import BagCache
 
     for index in range(len(topk_task.train_set)):
         topk_task.train_set.breast(index)  # fill the in-memory cache of decoded breasts

@@ -230,7 +230,7 @@ def test_protocol_options_reach_the_evaluation_and_bad_ones_are_refused(cohort):
 
 
 def test_training_never_reads_the_test_split_and_eval_reads_it_once(cohort, tmp_path, capsys):
-    from medvl_engine.data import BagCache
+    from medvl_engine.features.bags import BagCache
 
     root, manifest = cohort
     config = tmp_path / "limit.yaml"

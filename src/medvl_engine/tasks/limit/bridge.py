@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from medvl_engine.data.bags import read_bag_features
 from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.features.bags import read_bag_features
 
 if TYPE_CHECKING:
     from medvl_engine.tasks.limit.config import LimitTaskConfig

@@ -11,12 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from medvl_engine.errors import DataError
 from medvl_engine.models.limit import LimitModel
 
 if TYPE_CHECKING:
-    import zarr
-
     from medvl_engine.tasks.limit.training_task import LimitTask
 
 __all__ = ["report"]
@@ -28,20 +25,16 @@ def _labelled_patches(
     """Features ``[N, D]``, labels ``[N]`` and organs of ``split`` patches with "patch_labels"."""
     import numpy as np
 
-    from medvl_engine.guarded_files import check_zarr_array, open_zarr_group
+    from medvl_engine.features.store_io import read_patch_labels
 
     features, labels, organs = [], [], []
     for record in task.splits[split]:
         if record.features.suffix == ".h5":
             continue
-        group = open_zarr_group(record.features)  # regular files inside the store only
-        if "patch_labels" in group:
+        patch_labels = read_patch_labels(record.features)  # regular files inside the store only
+        if patch_labels is not None:
             features.append(task.cache.get(record.features))
-            patch_labels = _zarr_array(group["patch_labels"])
-            check_zarr_array(
-                patch_labels, record.features, out_itemsize=8, require_all_chunks=False
-            )
-            labels.append(np.asarray(patch_labels[...]))
+            labels.append(patch_labels)
             organs.extend([record.organ] * len(labels[-1]))
     if not features:
         return None
@@ -172,12 +165,3 @@ def report(task: LimitTask, summary: dict[str, Any]) -> dict[str, Any]:
     print("\n".join(lines))
     (out_dir / "validation_report.json").write_text(json.dumps(results, indent=2, default=str))
     return results
-
-
-def _zarr_array(node: zarr.Array[Any] | zarr.Group) -> zarr.Array[Any]:
-    """A zarr array member of a feature store (a group there means the store was altered)."""
-    import zarr
-
-    if not isinstance(node, zarr.Array):
-        raise DataError("a feature store holds a group where an array should be; extract again")
-    return node

@@ -39,23 +39,18 @@ BASELINE_ROWS: tuple[tuple[str, str], ...] = (
 
 def _test_patches(task: LimitTask) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
     """Labelled test patches: features ``[N, D]``, labels ``[N]``, slide index ``[N]``."""
-    import zarr
-
-    from medvl_engine.guarded_files import check_zarr_array, open_zarr_group
+    from medvl_engine.features.store_io import read_patch_labels
 
     features, labels, slides = [], [], []
     for index, record in enumerate(r for r in task.splits["test"] if r.label):
         if record.features.suffix == ".h5":
             continue
-        group = open_zarr_group(record.features)  # regular files inside the store only
-        if "patch_labels" not in group:
+        # regular files inside the store only; a group where the labels should be is skipped
+        patch_labels = read_patch_labels(record.features, refuse_group=False)
+        if patch_labels is None:
             continue
-        patch_labels = group["patch_labels"]
-        if not isinstance(patch_labels, zarr.Array):
-            continue
-        check_zarr_array(patch_labels, record.features, out_itemsize=8, require_all_chunks=False)
         features.append(task.cache.get(record.features))
-        labels.append(np.asarray(patch_labels[...]))
+        labels.append(patch_labels)
         slides.append(np.full(len(labels[-1]), index))
     if not features:
         return None

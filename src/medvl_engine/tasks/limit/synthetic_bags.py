@@ -56,24 +56,19 @@ def _encode_pool(
 def _write_store(
     path: Path, features: np.ndarray, labels: np.ndarray, slide: str, encoder: str
 ) -> None:
-    import zarr
+    from medvl_engine.features.store_io import write_store
 
-    group = zarr.open_group(str(path), mode="w")
-    group.create_array("features", data=features.astype(np.float32))
     side = int(np.ceil(np.sqrt(len(features))))
     index = np.arange(len(features))
     coords = np.stack([(index % side) * _PATCH_PX, (index // side) * _PATCH_PX], axis=1)
-    group.create_array("coords", data=coords.astype(np.int64))
-    group.create_array("patch_labels", data=labels.astype(np.int64))
-    group.attrs.update(
-        {
-            "patch_size_level0": _PATCH_PX,
-            "patch_size": _PATCH_PX,
-            "target_mpp": 0.5,
-            "encoder": encoder,
-            "slide": slide,
-        }
-    )
+    attrs = {
+        "patch_size_level0": _PATCH_PX,
+        "patch_size": _PATCH_PX,
+        "target_mpp": 0.5,
+        "encoder": encoder,
+        "slide": slide,
+    }
+    write_store(path, features, coords, attrs, patch_labels=labels)
 
 
 def _organ_and_label(index: int) -> tuple[str, str]:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from medvl_engine.data import BagCache, OrganStratifiedSampler, collate_bags, read_manifest
-from medvl_engine.data.bags import sample_patch_rows
+from medvl_engine.data import OrganStratifiedSampler, read_manifest
 from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.features.bags import BagCache, collate_bags, sample_patch_rows
 from medvl_engine.losses import siglit_loss, weighted_infonce
 from medvl_engine.models.limit import LimitModel, load_limit_model, save_limit_text_tower
 from medvl_engine.tasks.limit.config import LimitTaskConfig

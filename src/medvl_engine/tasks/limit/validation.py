@@ -28,8 +28,8 @@ from medvl_engine.tasks.limit.records import label_of
 from medvl_engine.training.task import unwrap_model
 
 if TYPE_CHECKING:
-    from medvl_engine.data import BagCache
     from medvl_engine.data.manifest import SlideRecord
+    from medvl_engine.features.bags import BagCache
     from medvl_engine.tasks.limit.config import LimitTaskConfig
 
 __all__ = ["LimitValidation", "limit_model_of"]

@@ -1,4 +1,8 @@
-"""Patch-feature bags: reading feature files and padding variable-size bags with a mask."""
+"""Bags of a slide's patch features read from a store or an .h5, padded to batches with a mask.
+
+A zarr store's features array is found by :mod:`medvl_engine.features.store_io` (the store's
+layout is :mod:`medvl_engine.features.store`'s); a TRIDENT/CLAM .h5 is read here.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,9 @@ import numpy as np
 import torch
 
 from medvl_engine.errors import CorruptFileError, DataError
+from medvl_engine.features.store_io import checked_features_array
 from medvl_engine.guarded_files import (
     check_h5_dataset,
-    check_zarr_array,
-    check_zarr_tree,
     h5_dataset,
     open_h5,
     open_h5_file,
@@ -43,28 +46,8 @@ def _read_h5(path: Path) -> np.ndarray:
     return array
 
 
-def _zarr_features(path: Path) -> Any:
-    """The checked "features" array of a zarr store: regular files inside the folder only,
-    numeric, within the array limit, every chunk present."""
-    import zarr
-
-    root = check_zarr_tree(path)
-    try:
-        group = zarr.open_group(str(root), mode="r")
-        features = group["features"] if "features" in group else None
-    except Exception as error:
-        raise CorruptFileError(
-            f"{path} is not a readable zarr feature store ({type(error).__name__}); re-extract it.",
-            path,
-        ) from None
-    if not isinstance(features, zarr.Array):
-        raise DataError(f"feature store {path} has no 'features' array; re-extract it.", path)
-    check_zarr_array(features, root)
-    return features
-
-
 def _read_zarr(path: Path) -> np.ndarray:
-    features = _zarr_features(path)
+    features = checked_features_array(path)
     try:
         return np.asarray(features[...])
     except Exception as error:  # damaged chunks: zarr and its codecs raise many types
@@ -140,7 +123,7 @@ def _open_features(path: Path) -> Any:
             handle.close()
             raise
         return dataset, leading_one, handle
-    return _zarr_features(path), False, None
+    return checked_features_array(path), False, None
 
 
 def bag_shape(path: str | Path) -> tuple[int, int]:

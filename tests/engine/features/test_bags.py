@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from medvl_engine.data import bags as bags_module
-from medvl_engine.data.bags import (
+from medvl_engine.errors import ConfigError, DataError
+from medvl_engine.features import bags as bags_module
+from medvl_engine.features.bags import (
     BagCache,
     bag_shape,
     read_bag_features,
     read_bag_rows,
     sample_patch_rows,
 )
-from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 from medvl_engine.training import RunConfig, train
 
