@@ -154,11 +154,15 @@ def test_the_plugin_reaches_the_engine_through_its_api_not_the_command_line():
     assert {file: names for file, names in offenders.items() if names} == {}
 
 
-def _private_engine_imports(path: Path, src: Path) -> list[str]:
+def _private_engine_imports(
+    path: Path, src: Path, subpackages_are_inside: bool = False
+) -> list[str]:
     """Imports (at any depth, inside functions too) by the module at ``path`` of a private
     engine module or name: a dotted component after ``medvl_engine`` that starts with ``_``
     (dunders such as ``__version__`` aside). A private module of the importer's own package
-    (``medvl_engine.cli._pathology`` from ``medvl_engine.cli.cmd_heatmap``) is its own."""
+    (``medvl_engine.cli._pathology`` from ``medvl_engine.cli.cmd_heatmap``) is its own; with
+    ``subpackages_are_inside`` so is one of a package that encloses the importer's
+    (``medvl_engine.io._dicom_values`` from ``medvl_engine.io.slide._dicom_wsi``)."""
     package = ".".join(path.relative_to(src).parts[:-1])
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -180,7 +184,11 @@ def _private_engine_imports(path: Path, src: Path) -> list[str]:
                 private = part.startswith("_") and not (
                     part.startswith("__") and part.endswith("__")
                 )
-                if private and ".".join(parts[:index]) != package:
+                owner = ".".join(parts[:index])
+                inside = package == owner or (
+                    subpackages_are_inside and package.startswith(owner + ".")
+                )
+                if private and not inside:
                     found.append(f"{node.lineno}: {target}")
                     break
     return found
@@ -193,6 +201,18 @@ def test_the_plugin_and_the_command_line_import_no_private_engine_module():
         for root in (src / "napari_medvl", ENGINE / "cli")
         for path in sorted(root.rglob("*.py"))
         if (names := _private_engine_imports(path, src))
+    }
+    assert offenders == {}
+
+
+def test_no_engine_package_reaches_into_another_packages_private_modules():
+    """What several packages share is public (``common``, ``colormaps``, ``io.limits``); a
+    private module serves its own package and the packages inside it only."""
+    src = ENGINE.parent
+    offenders = {
+        str(path.relative_to(src)): names
+        for path in sorted(ENGINE.rglob("*.py"))
+        if (names := _private_engine_imports(path, src, subpackages_are_inside=True))
     }
     assert offenders == {}
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from medvl_engine.common.env import positive_int_setting
 from medvl_engine.errors import ResourceLimitError
 
 __all__ = [
+    "pil_bytes_per_pixel",
     "MAX_DECODE_PIXELS",
     "MAX_SLIDE_PIXELS",
     "MAX_TILE_PIXELS",
@@ -211,3 +213,22 @@ def check_decode_bytes(
             f"{DECODE_BYTES_PER_PIXEL} bytes each); {advice}.",
             path,
         )
+
+
+_ONE_BYTE_MODES = ("1", "L", "P")
+
+
+def pil_bytes_per_pixel(image: Any) -> int:
+    """Bytes per pixel the decoder holds for an opened, not yet loaded, PIL image: the larger
+    of Pillow's own buffer (1 byte for L/P, 2 for 16-bit grey, else 4) and what the file
+    declares (channels x bytes per sample: 16-bit RGBA is 8)."""
+    mode = str(image.mode)
+    own = 1 if mode in _ONE_BYTE_MODES else 2 if mode.startswith("I;16") else 4
+    rawmode = ""
+    tiles = getattr(image, "tile", None) or []
+    if tiles:
+        args = tiles[0][3] if len(tiles[0]) > 3 else None
+        rawmode = str(args[0] if isinstance(args, tuple) and args else args or "")
+    sample_bytes = 2 if ";16" in rawmode or mode.startswith("I;16") else 1
+    declared = len(image.getbands()) * sample_bytes
+    return max(own, declared)

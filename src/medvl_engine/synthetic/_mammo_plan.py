@@ -12,7 +12,7 @@ from medvl_engine.synthetic._mammo_render import (
     BenignStructure,
     BreastGeometry,
     Lesion,
-    _outline,
+    outline,
     lesion_centre,
 )
 from medvl_engine.synthetic._mammo_report import BIRADS_SENTENCES, DENSITY_SENTENCES
@@ -99,7 +99,7 @@ def place_lesions(
         "architectural distortion": (0.045, 0.065),
         "asymmetry": (0.05, 0.08),
     }
-    _, _, pectoral, *_ = _outline("MLO", geo, shape)
+    _, _, pectoral, *_ = outline("MLO", geo, shape)
     lesions: list[Lesion] = []
     for index, (kind, spicules) in enumerate(zip(kinds, spiculated, strict=True)):
         for _ in range(50):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medvl_engine.synthetic._tissue import _smooth_noise
+from medvl_engine.synthetic._tissue import smooth_noise
 
 __all__ = [
     "BENIGN_STRUCTURES",
@@ -112,7 +112,7 @@ class BreastGeometry:
         )
 
 
-def _outline(
+def outline(
     view: str, geo: BreastGeometry, shape: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float, float]:
     """(breast mask bool, normalised radius rho, pectoral mask bool, centre row, semi-axes)."""
@@ -362,12 +362,12 @@ def render_view(
     ``structures`` (normal bright structures) are added before the lesions and get no box.
     """
     rows, cols = shape
-    breast, rho, pectoral, centre, half_height, half_depth = _outline(view, geo, shape)
+    breast, rho, pectoral, centre, half_height, half_depth = outline(view, geo, shape)
     thickness = np.clip(np.sqrt(np.clip(1.0 - rho**2, 0.0, 1.0)) * 2.2, 0.0, 1.0)
     thickness = np.where(pectoral, 1.0, thickness) * breast
 
     fraction = DENSITY_FRACTION[density]
-    structure = _smooth_noise(rng, shape, rows / 30.0) + 0.5 * _smooth_noise(
+    structure = smooth_noise(rng, shape, rows / 30.0) + 0.5 * smooth_noise(
         rng, shape, rows / 90.0
     )
     cc = np.arange(cols, dtype=np.float32)[None, :]
@@ -375,7 +375,7 @@ def render_view(
     inside = breast & ~pectoral & (rho < 0.93)
     threshold = np.quantile(structure[inside], 1.0 - fraction) if inside.any() else 0.0
     gland = 1.0 / (1.0 + np.exp(-(structure - threshold) * 1.8))
-    texture = 0.6 * _smooth_noise(rng, shape, rows / 200.0) + 0.4 * _smooth_noise(rng, shape, 1.2)
+    texture = 0.6 * smooth_noise(rng, shape, rows / 200.0) + 0.4 * smooth_noise(rng, shape, 1.2)
     attenuation = thickness * (0.30 + 0.36 * gland + 0.035 * texture * (0.4 + gland))
     attenuation += pectoral * 0.18
     for benign in structures:

@@ -21,7 +21,7 @@ from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._tissue import (
     TISSUE_CLASSES,
     Stain,
-    _smooth_noise,
+    smooth_noise,
     class_id,
     density_to_rgb,
     random_stain,
@@ -107,7 +107,7 @@ def make_label_map(
     centre = rng.uniform(-0.15, 0.15, 2)
     radii = rng.uniform(0.6, 0.9, 2)
     envelope = 1.0 - ((yy - centre[0]) / radii[0]) ** 2 - ((xx - centre[1]) / radii[1]) ** 2
-    blob = envelope + 0.45 * _smooth_noise(rng, shape, min(shape) / 10.0)
+    blob = envelope + 0.45 * smooth_noise(rng, shape, min(shape) / 10.0)
     tissue = blob > np.quantile(blob, 1.0 - fraction)
     tissue = ndimage.binary_opening(tissue, iterations=2)
     components, count = ndimage.label(tissue)
@@ -121,7 +121,7 @@ def make_label_map(
     ids = np.array([class_id(c) for c in classes])
     seeds_per_class = [3 if c == "stroma" else int(rng.integers(1, 3)) for c in classes]
     scale = float(min(shape))
-    warps = [_smooth_noise(rng, shape, min(shape) / 14.0) for _ in classes]
+    warps = [smooth_noise(rng, shape, min(shape) / 14.0) for _ in classes]
     rows = np.arange(height, dtype=np.float32)[:, None]
     cols = np.arange(width, dtype=np.float32)[None, :]
     bias = np.zeros(len(classes), np.float32)

@@ -90,7 +90,7 @@ def class_id(tissue_class: str | int) -> int:
         ) from None
 
 
-def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> np.ndarray:
+def smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> np.ndarray:
     """Periodic Gaussian-filtered white noise with zero mean and unit std, [H, W] float32."""
     factor = int(sigma // 2.0)
     if factor >= 2 and min(shape) >= 4 * factor:
@@ -175,9 +175,9 @@ def _tumor(
     radii = np.clip(np.round(rng.normal(_px(4.6, mpp), _px(1.0, mpp), len(centres))), 3, None)
     nuclei = np.zeros(shape, np.float32)
     _stamp_nuclei(nuclei, centres, radii.astype(np.int64))
-    chromatin = 0.85 + 0.35 * _smooth_noise(rng, shape, 1.2)
+    chromatin = 0.85 + 0.35 * smooth_noise(rng, shape, 1.2)
     c_h = nuclei * np.clip(chromatin, 0.4, 1.5) * 1.05 + 0.16
-    c_e = 0.30 + 0.06 * _smooth_noise(rng, shape, 3.0) - 0.12 * nuclei
+    c_e = 0.30 + 0.06 * smooth_noise(rng, shape, 3.0) - 0.12 * nuclei
     return c_h, c_e, np.full(shape, 0.02, np.float32)
 
 
@@ -193,7 +193,7 @@ def _stroma(
     streaks /= max(float(streaks.std()), 1e-6)
     # shearing the rows by +-1 px per column turns the horizontal streaks by -+45 degrees
     shear = int(rng.integers(-1, 2)) if height == width else 0
-    warp = np.round(_px(2.5, mpp) * _smooth_noise(rng, shape, _px(12.0, mpp))).astype(np.int64)
+    warp = np.round(_px(2.5, mpp) * smooth_noise(rng, shape, _px(12.0, mpp))).astype(np.int64)
     cols = np.arange(width)[None, :]
     rows = (np.arange(height)[:, None] + shear * cols + warp) % height
     fibres = streaks[rows, cols]
@@ -218,8 +218,8 @@ def _lymphocytes(
     radii = np.clip(np.round(rng.normal(_px(2.6, mpp), _px(0.3, mpp), len(centres))), 2, None)
     nuclei = np.zeros(shape, np.float32)
     _stamp_nuclei(nuclei, centres, radii.astype(np.int64))
-    c_h = 0.10 + 1.65 * nuclei * (0.95 + 0.1 * _smooth_noise(rng, shape, 1.0))
-    c_e = 0.18 + 0.05 * _smooth_noise(rng, shape, 4.0)
+    c_h = 0.10 + 1.65 * nuclei * (0.95 + 0.1 * smooth_noise(rng, shape, 1.0))
+    c_e = 0.18 + 0.05 * smooth_noise(rng, shape, 4.0)
     return c_h, c_e, np.full(shape, 0.03, np.float32)
 
 
@@ -257,9 +257,9 @@ def _adipose(
 def _necrosis(
     rng: np.random.Generator, shape: tuple[int, int], mpp: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    blotch = _smooth_noise(rng, shape, _px(6.0, mpp))
-    c_e = 0.22 + 0.07 * blotch + 0.04 * _smooth_noise(rng, shape, 1.0)
-    c_n = 0.15 + 0.05 * _smooth_noise(rng, shape, _px(10.0, mpp))
+    blotch = smooth_noise(rng, shape, _px(6.0, mpp))
+    c_e = 0.22 + 0.07 * blotch + 0.04 * smooth_noise(rng, shape, 1.0)
+    c_n = 0.15 + 0.05 * smooth_noise(rng, shape, _px(10.0, mpp))
     debris = np.zeros(shape, np.float32)
     centres = _uniform_points(rng, shape, 1.0 / _px(7.0, mpp) ** 2)
     radii = rng.integers(1, max(int(_px(1.2, mpp)), 1) + 1, len(centres))
@@ -271,7 +271,7 @@ def _necrosis(
 def _background(
     rng: np.random.Generator, shape: tuple[int, int], mpp: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    haze = _smooth_noise(rng, shape, _px(20.0, mpp))
+    haze = smooth_noise(rng, shape, _px(20.0, mpp))
     c_e = np.full(shape, 0.012, np.float32) + 0.004 * haze
     c_h = np.full(shape, 0.004, np.float32)
     return c_h, c_e, np.full(shape, 0.006, np.float32)

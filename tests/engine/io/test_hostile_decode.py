@@ -127,7 +127,7 @@ def test_the_zeros_stream_is_valid_zlib():
 
 
 def test_sixteen_bit_rgba_counts_its_eight_bytes_a_pixel(png_bombs):
-    from medvl_engine.io.slide._plain import pil_bytes_per_pixel
+    from medvl_engine.io.limits import pil_bytes_per_pixel
 
     with Image.open(png_bombs["rgba16"]) as image:
         assert pil_bytes_per_pixel(image) == 8  # Pillow keeps 4, the file holds 8

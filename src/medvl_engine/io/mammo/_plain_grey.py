@@ -157,7 +157,7 @@ def _decode_tiff(path: Path) -> np.ndarray:
 def _decode_pil(path: Path) -> np.ndarray:
     from PIL import Image
 
-    from medvl_engine.io.slide._plain import pil_bytes_per_pixel
+    from medvl_engine.io.limits import pil_bytes_per_pixel
 
     try:
         opened = Image.open(path)

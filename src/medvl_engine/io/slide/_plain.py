@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 
 from medvl_engine.errors import CorruptFileError, ResourceLimitError, UnsupportedFormatError
-from medvl_engine.io.limits import check_decode_bytes
+from medvl_engine.io.limits import check_decode_bytes, pil_bytes_per_pixel
 from medvl_engine.io.slide.pixel_sources import to_rgb, wrap_decode_errors
 
 __all__ = [
     "PlainPyramid",
-    "pil_bytes_per_pixel",
     "pil_image_size",
     "pil_loader",
     "slide_decode_cost",
@@ -33,25 +32,8 @@ SMALLEST_LEVEL_PX = 512
 """Pyramid levels are added while the coarsest level is larger than this (px)."""
 
 
-_ONE_BYTE_MODES = ("1", "L", "P")
 _GREY_WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 _TO_RGB_BAND_ROWS = 1024
-
-
-def pil_bytes_per_pixel(image: Any) -> int:
-    """Bytes per pixel the decoder holds for an opened, not yet loaded, PIL image: the larger
-    of Pillow's own buffer (1 byte for L/P, 2 for 16-bit grey, else 4) and what the file
-    declares (channels x bytes per sample: 16-bit RGBA is 8)."""
-    mode = str(image.mode)
-    own = 1 if mode in _ONE_BYTE_MODES else 2 if mode.startswith("I;16") else 4
-    rawmode = ""
-    tiles = getattr(image, "tile", None) or []
-    if tiles:
-        args = tiles[0][3] if len(tiles[0]) > 3 else None
-        rawmode = str(args[0] if isinstance(args, tuple) and args else args or "")
-    sample_bytes = 2 if ";16" in rawmode or mode.startswith("I;16") else 1
-    declared = len(image.getbands()) * sample_bytes
-    return max(own, declared)
 
 
 def slide_decode_cost(image: Any) -> int:
