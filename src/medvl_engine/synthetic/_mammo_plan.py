@@ -12,8 +12,8 @@ from medvl_engine.synthetic._mammo_render import (
     BenignStructure,
     BreastGeometry,
     Lesion,
-    outline,
     lesion_centre,
+    outline,
 )
 from medvl_engine.synthetic._mammo_report import BIRADS_SENTENCES, DENSITY_SENTENCES
 

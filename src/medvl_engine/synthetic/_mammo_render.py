@@ -367,9 +367,7 @@ def render_view(
     thickness = np.where(pectoral, 1.0, thickness) * breast
 
     fraction = DENSITY_FRACTION[density]
-    structure = smooth_noise(rng, shape, rows / 30.0) + 0.5 * smooth_noise(
-        rng, shape, rows / 90.0
-    )
+    structure = smooth_noise(rng, shape, rows / 30.0) + 0.5 * smooth_noise(rng, shape, rows / 90.0)
     cc = np.arange(cols, dtype=np.float32)[None, :]
     structure += 0.8 * np.exp(-(((cc / half_depth) - 0.45) ** 2) / 0.08)
     inside = breast & ~pectoral & (rho < 0.93)

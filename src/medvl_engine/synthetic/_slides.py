@@ -21,10 +21,10 @@ from medvl_engine.synthetic._errors import SyntheticDataError
 from medvl_engine.synthetic._tissue import (
     TISSUE_CLASSES,
     Stain,
-    smooth_noise,
     class_id,
     density_to_rgb,
     random_stain,
+    smooth_noise,
     tissue_density,
 )
 from medvl_engine.synthetic.reports import ORGANS, make_report
