@@ -18,11 +18,12 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_CPU) \
 		|| $(PY) -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
-	$(PY) -m pip install -q -e ".[napari,text]"
+	$(PY) -m pip install -q -e ".[napari,text,dicom]"
 	touch $@
 
 $(DEV_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[napari,text,dev]"
+	$(PY) -m pip install -q -e ".[napari,text,dicom,dev]"
+	tools/install_dicom_tools.sh
 	touch $@
 
 install: $(STAMP)

@@ -35,7 +35,6 @@ SHOTS = ("heatmap", "topk", "classify")
 WINDOW_SIZE = (1600, 1000)  # (width, height) of the napari window, px
 DEFAULT_WIDTH = 1000  # width of the saved PNGs, px
 PALETTE_COLOURS = 128
-TOPK_K = 5  # fewer boxes than the model's default 15, so their rank labels stay readable
 
 
 def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -104,7 +103,8 @@ def heatmap_window(timeout_s: float) -> Any:
 
 
 def topk_window(timeout_s: float) -> Any:
-    """Four-view exam hung R | L, CC over MLO, with the top 5 TopK boxes on the left pair."""
+    """Four-view exam hung R | L, CC over MLO, with the TopK boxes on the left pair (at the K
+    the model was evaluated with)."""
     from napari.layers import Layer
 
     from medvl_engine.errors import MedVLError
@@ -116,7 +116,6 @@ def topk_window(timeout_s: float) -> Any:
         viewer.add_layer(Layer.create(*data))
     widget = TopKWidget(viewer)
     viewer.window.add_dock_widget(widget, name="Mammogram TopK")
-    widget.k.value = TOPK_K
     widget.hang()
     wait_until(lambda: not widget._hang_runner.running, timeout_s, "Hanging the views")
     if widget._hang_runner.last_error is not None:

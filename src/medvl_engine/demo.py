@@ -52,7 +52,9 @@ class DemoScene:
 
     heatmap: the engine's similarity map for ``prompt`` (grid + world transform);
     top_patches: the engine's top patches (boxes (x0, y0, x1, y1) level-0 px + scores);
-    topk: a TopKResult (boxes per view in source px); breast: the BreastImage it ran on.
+    topk: a TopKResult (boxes per view in source px); breast: the BreastImage it ran on;
+    topk_run: the whole BreastTopK of :func:`medvl_engine.mammography.topk` (K, evaluated K,
+    the views; what the DICOM exports take).
     timings: (stage, wall seconds) in the order the stages ran.
     """
 
@@ -70,6 +72,7 @@ class DemoScene:
     feature_store: Any = None
     topk: Any = None
     breast: Any = None
+    topk_run: Any = None
     notes: list[str] = field(default_factory=list)
     timings: list[tuple[str, float]] = field(default_factory=list)
 
@@ -180,7 +183,7 @@ def _run_mammography(
     scene: DemoScene, model: str, loading: Future[Any], k: int | None, progress: Progress
 ) -> None:
     from medvl_engine.io.mammo import check_pair
-    from medvl_engine.mammography import PAPER_VIEW_SIZE, open_views, resolve_k, topk
+    from medvl_engine.mammography import open_views, resolve_k, topk
 
     scene.topk_model = model
     try:
@@ -190,11 +193,11 @@ def _run_mammography(
         progress(f"loading TopKSigLIP model {model}")
         with scene.stage("load TopK model"):
             topk_model = loading.result()
-        k = resolve_k(topk_model, k or None, model)  # default: the K the model was trained with
+        k = resolve_k(topk_model, k or None, model)  # default: the K the model was evaluated at
         progress(f"running TopK-Patch (K = {k})")
-        with scene.stage("TopK"):
-            run = topk(cc, mlo, topk_model, k=k, view_size=PAPER_VIEW_SIZE, model_name=model)
-            scene.topk, scene.breast = run.result, run.breast
+        with scene.stage("TopK"):  # the path of medvl topk, the dock and the evaluation
+            run = topk(cc, mlo, topk_model, k=k, model_name=model)
+            scene.topk, scene.breast, scene.topk_run = run.result, run.breast, run
     except MedVLError as error:
         scene.notes.append(f"TopK skipped: {error}")
 
@@ -210,7 +213,7 @@ def build_scene(
 ) -> DemoScene:
     """Make the demo inputs in ``out`` and run both demo models on them.
 
-    k: TopK patches per breast (None: the K the TopK model was trained with).
+    k: TopK patches per breast (None: the K the TopK model was evaluated with).
     slide_size: (width, height) of the synthetic slide in level-0 px (None: DEMO_SLIDE_SIZE).
     A model that cannot be loaded leaves its result None and a one-sentence note in
     ``scene.notes``.
@@ -277,13 +280,19 @@ def _write_mammograms(scene: DemoScene) -> list[Path]:
     out = Path(scene.out)
     if scene.topk is not None:
         from medvl_engine.export import write_topk_outputs
+        from medvl_engine.export.topk import TOPK_PNG_SIDE
 
         cc_path, mlo_path = scene.mammogram_paths()
         sources = {"CC": cc_path, "MLO": mlo_path}
         targets = [out / "topk.png", out / "topk.geojson", out / "topk.csv"]
         return list(
             write_topk_outputs(
-                scene.topk, scene.breast.image, sources, targets, model=scene.topk_model
+                scene.topk,
+                scene.breast.image,
+                sources,
+                targets,
+                model=scene.topk_model,
+                display_side=TOPK_PNG_SIDE,
             )
         )
     import numpy as np
@@ -326,7 +335,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--k",
         type=int,
         default=None,
-        help="TopK patches per breast (default: the K the TopK model was trained with)",
+        help="TopK patches per breast (default: the K the TopK model was evaluated with)",
     )
     parser.add_argument(
         "--slide-size",
@@ -363,6 +372,16 @@ def report(scene: DemoScene, written: list[Path]) -> None:
         notice = demo_notice_for(model)
         if result is not None and notice:
             say(f"{model}: {notice}")
+    if scene.topk is not None:
+        from medvl_engine.export.topk import k_sentence
+
+        side = scene.topk.image_size
+        readout = scene.topk.zero_shot.get("cancer", {}).get("positive")
+        say(
+            f"{scene.topk_model}: {k_sentence(scene.topk.k, scene.topk.evaluated_k)}, breast "
+            f"image {side} x {side} px"
+            + ("" if readout is None else f", zero-shot p(cancer) = {readout:.3f}")
+        )
     say(f"timings: {format_timings(scene.timings)}")
     say(f"wrote {len(written)} file(s):")
     for path in written:

@@ -1,7 +1,9 @@
-"""One engine call per pathology action: a prompt heatmap of a slide, a zero-shot class.
+"""One engine call per pathology action: a prompt heatmap, a zero-shot class, a tissue map.
 
-``medvl heatmap`` / ``medvl classify``, the viewer's heatmap and classification docks and
-the demo all call these two functions; they differ only in what they do with the results.
+``medvl heatmap`` / ``medvl classify`` / ``medvl segment``, the viewer's docks and the demo
+all call these functions; they differ only in what they do with the results. Every prompt
+may be a prompt ensemble (names x templates, :mod:`medvl_engine.prompts`): on by default
+("conch") for classify and segment, off ("none") for heatmaps.
 
 Prompt heatmap (:func:`prompt_heatmap`). Patch features v_i [N, D] (L2-normalised, one per
 patch of the slide's tissue grid) come from a feature store: given, cached, or extracted now.
@@ -17,6 +19,11 @@ Slide classification (:func:`classify`), LIMIT Eq. 1-2 and 5: each class embeddi
 queries the patches, h_W(c_k) = sum_i softmax_i(v_i . c_k / tau_attn) v_i, the class score is
 cos(h_W(c_k), c_k) and y = argmax_k (see :mod:`medvl_engine.slide_classification`).
 
+Segmentation (:func:`segment`): K class ensembles c_k, p_ik = softmax_k(s v_i . c_k) with
+the model's logit scale s, averaged per cell of the (optionally overlapping) patch grid, the
+tissue mask applied, low-confidence cells "uncertain", then polygons and an area table
+(:mod:`medvl_engine.segmentation`).
+
 Nothing here imports torch at module import: ``medvl`` checks its inputs first.
 """
 
@@ -29,7 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from medvl_engine.errors import DataError
-from medvl_engine.prompts import check_prompts, prompt_label
+from medvl_engine.prompts import (
+    DEFAULT_TEMPLATES,
+    check_classes,
+    check_prompts,
+    ensemble_embeddings,
+    expand_classes,
+    prompt_label,
+    resolve_templates,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,6 +52,7 @@ if TYPE_CHECKING:
     from medvl_engine.encoders import PatchTextEncoder
     from medvl_engine.features import FeatureStore, PartialFeatures
     from medvl_engine.heatmap import Heatmap
+    from medvl_engine.segmentation import SegmentResult
     from medvl_engine.slide_classification import SlideClassification
     from medvl_engine.tiling import SlideLike
 
@@ -47,7 +63,9 @@ __all__ = [
     "classify",
     "final",
     "prompt_heatmap",
+    "segment",
 ]
+Templates = str | Path | Sequence[str] | None
 
 ProgressCallback = Callable[[int, int], None]
 Cancel = threading.Event | Callable[[], bool] | None
@@ -116,6 +134,7 @@ def prompt_heatmap(
     value_range: tuple[float, float] | None = None,
     smooth_sigma: float = 0.0,
     top_n: int = 0,
+    templates: Templates = "none",
     features: FeatureStore | PartialFeatures | str | Path | None = None,
     features_coords: str | Path | None = None,
     patch_size_level0: int | None = None,
@@ -134,6 +153,8 @@ def prompt_heatmap(
     bad file is refused before any model loads) or a loaded encoder. ``prompts`` are checked
     for ``mode`` (ConfigError); ``normalize``, ``temperature``, ``value_range`` and
     ``smooth_sigma`` as :func:`medvl_engine.heatmap.similarity_map` takes them.
+    ``templates``: "none" (each prompt as it is), "conch", a templates file or a list: each
+    prompt is then the ensemble of its templated forms (:mod:`medvl_engine.prompts`).
 
     ``features``: a FeatureStore (used as it is); a medvl store, TRIDENT/CLAM ``.h5`` or CLAM
     ``.pt`` of this slide (``features_coords``, ``patch_size_level0`` as
@@ -152,13 +173,18 @@ def prompt_heatmap(
 
     prompt_list = [prompts] if isinstance(prompts, str) else list(prompts)
     check_prompts(prompt_list, mode)
+    template_list = resolve_templates(templates)
     opened = None if not isinstance(slide, str | Path) else open_slide(slide)
     source = opened if opened is not None else slide
     try:
         store, partial, encoder = _features_and_encoder(
             source, model, features, features_coords, patch_size_level0, device
         )
-        text = encoder.encode_text(prompt_list)  # [T, D]
+        if template_list is None:
+            text = encoder.encode_text(prompt_list)  # [T, D]
+        else:
+            ensembles = {prompt: (prompt,) for prompt in prompt_list}
+            text = ensemble_embeddings(encoder.encode_text, ensembles, template_list)  # [T, D]
 
         def scored(on: Any, known: np.ndarray | None = None) -> Heatmap:
             from medvl_engine.heatmap import similarity_map
@@ -327,6 +353,7 @@ def classify(
     model: str | PatchTextEncoder,
     *,
     tau_attn: float | None = None,
+    templates: Templates = DEFAULT_TEMPLATES,
     features: FeatureStore | str | Path | None = None,
     features_coords: str | Path | None = None,
     patch_size_level0: int | None = None,
@@ -337,7 +364,9 @@ def classify(
 ) -> ClassifyResult:
     """Zero-shot classification of ``slide`` among ``classes`` (LIMIT Eq. 5, module docstring).
 
-    ``classes``: class prompts (each its own name), or name -> prompts (averaged into c_k).
+    ``classes``: class prompts (each its own name), or name -> names (synonyms); each class
+    is the ensemble of its names in ``templates`` ("conch", "none": the names as they are, a
+    file or a list; :func:`~medvl_engine.prompts.ensemble_embeddings`).
     ``tau_attn``: the attention temperature (None: the model folder's ``tau_attn``, else
     0.05). ``model``, ``features``, ``store_path``, ``progress``, ``cancel`` and ``device`` as
     :func:`prompt_heatmap` takes them; features are extracted without partial results.
@@ -348,6 +377,9 @@ def classify(
 
     if len(classes) < 2:
         raise ConfigError(f"classification needs at least two classes, got {len(classes)}.")
+    template_list = resolve_templates(templates)
+    if template_list is not None:
+        classes = expand_classes(check_classes(classes), template_list)
     if tau_attn is None:
         tau_attn = model_tau_attn(str(model) if isinstance(model, str | Path) else model.name)
     tau = tau_attn
@@ -366,6 +398,102 @@ def classify(
             store = slide_features(source, encoder, store_path, progress=progress, cancel=cancel)
         classification = classify_with_attention(store, encoder, classes, tau)
         return ClassifyResult(classification, store, encoder.name, store.path, extracted)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+OVERLAPS = (1, 2, 4)
+
+
+def segment(
+    slide: SlideLike | str | Path,
+    classes: Sequence[str] | Mapping[str, Sequence[str]],
+    model: str | PatchTextEncoder,
+    *,
+    templates: Templates = DEFAULT_TEMPLATES,
+    overlap: int = 1,
+    min_confidence: float | None = None,
+    logit_scale: float | None = None,
+    min_area_um2: float | None = None,
+    smooth: float = 0.5,
+    simplify: float = 0.25,
+    features: FeatureStore | str | Path | None = None,
+    features_coords: str | Path | None = None,
+    patch_size_level0: int | None = None,
+    store_path: str | Path | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: Cancel = None,
+    device: str = "cpu",
+) -> SegmentResult:
+    """A tissue map of ``slide`` among ``classes`` with its regions and area table.
+
+    ``classes``: names (each its own only name) or name -> names (synonyms), at least two;
+    each becomes the ensemble of its names in ``templates`` (as :func:`classify`). ``overlap``
+    1, 2 or 4: patches every 1, 1/2 or 1/4 of their side (one grid, extracted once and cached
+    like a heatmap's); a ``features`` file brings its own grid. ``logit_scale`` s (None: the
+    model's, :func:`~medvl_engine.segmentation.model_logit_scale`); cells whose best class
+    has probability below ``min_confidence`` (None: 0.5) are "uncertain". ``min_area_um2``
+    (None: 1e4), ``smooth`` and ``simplify`` (cells) shape the polygons
+    (:func:`~medvl_engine.segmentation.class_regions`). The other arguments as
+    :func:`classify` takes them. A map without tissue, or a class that wins nowhere, is said
+    in the result's ``notes``.
+    """
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.io.slide import open_slide
+    from medvl_engine.segmentation import (
+        DEFAULT_MIN_AREA_UM2,
+        DEFAULT_MIN_CONFIDENCE,
+        model_logit_scale,
+        segment_store,
+    )
+
+    named = check_classes(classes)
+    template_list = resolve_templates(templates)
+    if overlap not in OVERLAPS:
+        raise ConfigError(f"The overlap must be 1, 2 or 4 patches per side, got {overlap}.")
+    if features is not None and overlap != 1:
+        raise ConfigError(
+            "A features file brings its own patch grid; leave the overlap at 1, or drop the "
+            "features to extract an overlapping grid."
+        )
+    opened = None if not isinstance(slide, str | Path) else open_slide(slide)
+    source: Any = opened if opened is not None else slide
+    try:
+        store, _, encoder = _features_and_encoder(
+            source, model, features, features_coords, patch_size_level0, device
+        )
+        extracted = store is None
+        if store is None:
+            from medvl_engine.features import slide_features
+
+            store = slide_features(
+                source,
+                encoder,
+                store_path,
+                stride=max(1, encoder.patch_size // overlap),
+                progress=progress,
+                cancel=cancel,
+            )
+        from medvl_engine.tiling import tissue_mask
+
+        embeddings = ensemble_embeddings(encoder.encode_text, named, template_list)  # [K, D]
+        result = segment_store(
+            store,
+            named,
+            embeddings,
+            tissue=tissue_mask(source),
+            logit_scale=model_logit_scale(encoder) if logit_scale is None else logit_scale,
+            min_confidence=DEFAULT_MIN_CONFIDENCE if min_confidence is None else min_confidence,
+            min_area_um2=DEFAULT_MIN_AREA_UM2 if min_area_um2 is None else min_area_um2,
+            smooth=smooth,
+            simplify=simplify,
+            slide_dimensions=(int(source.dimensions[0]), int(source.dimensions[1])),
+            model=encoder.name,
+            templates=template_list,
+        )
+        result.extracted = extracted
+        return result
     finally:
         if opened is not None:
             opened.close()

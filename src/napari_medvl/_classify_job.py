@@ -1,6 +1,7 @@
 """The slide classification job: the engine's ``classify`` with progress, and attention maps.
 
-No Qt here; runs inside a thread worker. :func:`medvl_engine.pathology.classify` (the call
+No Qt here; runs inside a thread worker, and in the model process where it can
+(:mod:`._worker_classify`). :func:`medvl_engine.pathology.classify` (the call
 ``medvl classify`` makes) takes the features from the engine's cache or a features file the
 user names; the encoder and stores stay loaded in a ``ClassifyCache``. Every class's attention
 map is built here, so choosing another class in the dock only swaps arrays.
@@ -12,11 +13,21 @@ import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from napari_medvl._progress import Progress, run_with_progress
 
-__all__ = ["ClassifyCache", "ClassifyOutcome", "ClassifyRequest", "classify_job", "format_ranking"]
+if TYPE_CHECKING:
+    from napari_medvl._worker_process import ModelProcess
+
+__all__ = [
+    "ClassifyCache",
+    "ClassifyOutcome",
+    "ClassifyRequest",
+    "classify_here",
+    "classify_job",
+    "format_ranking",
+]
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,51 @@ class ClassifyCache:
 def classify_job(
     request: ClassifyRequest, cache: ClassifyCache, cancel: threading.Event | None = None
 ) -> Generator[Progress, None, ClassifyOutcome]:
-    """Generator job: load the encoder, get the slide's features, score classes, build maps."""
+    """Generator job: load the encoder, get the slide's features, score classes, build maps;
+    in the model process where it can (see :mod:`._heatmap_job`: the outcome's
+    classification, maps and store are then torch-free ClassScores, MapData, StoreSummary)."""
+    process = _process_for(request, cache, cancel)
+    if process is None:
+        return (yield from classify_here(request, cache, cancel))
+    from napari_medvl._worker_results import Classified
+
+    payload = {
+        name: getattr(request, name)
+        for name in ClassifyRequest.__dataclass_fields__
+        if name not in ("slide", "store")
+    }
+    if request.store is not None:  # a features layer's store: the child opens its file
+        payload["features"] = request.store.path
+    payload.update(slide=str(request.slide.path), root=cache.root)
+    steps = process.run(_HANDLER, payload, cancel, label="classification")
+    try:
+        done: Classified = yield from steps
+    finally:
+        steps.close()
+    return ClassifyOutcome(request, done.classification, done.heatmaps, done.store)
+
+
+_HANDLER = "napari_medvl._worker_classify:classify_in_child"
+
+
+def _process_for(
+    request: ClassifyRequest, cache: ClassifyCache, cancel: threading.Event | None
+) -> ModelProcess | None:
+    """The model process, or None to classify here: a model loaded here, a slide that is no
+    file, or a store that is not on disk."""
+    if request.model in cache.encoders or not Path(str(request.slide.path)).exists():
+        return None
+    if request.store is not None and getattr(request.store, "path", None) is None:
+        return None
+    from napari_medvl._worker_process import model_process
+
+    return model_process(cancel)
+
+
+def classify_here(
+    request: ClassifyRequest, cache: ClassifyCache, cancel: threading.Event | None = None
+) -> Generator[Progress, None, ClassifyOutcome]:
+    """:func:`classify_job` in this process (threads): the model loads into ``cache``."""
     from medvl_engine.encoders import load_encoder
     from medvl_engine.errors import CancelledError, ConfigError
     from medvl_engine.pathology import classify

@@ -67,6 +67,7 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
                     scene.laterality,
                     sources=sources,
                     model=scene.topk_model,
+                    run=scene.topk_run,
                 )
             )
     return slide_layers, mammo_layers
@@ -104,6 +105,8 @@ def show_scene(scene: Any, run: bool = True) -> list[Any]:
             mammo_viewer.add_layer(Layer.create(*data))
         topk_widget = TopKWidget(mammo_viewer)
         topk_widget.model.value = scene.topk_model
+        if scene.topk is not None and scene.topk.k is not None:  # the K the scene ran at
+            topk_widget.k.value = int(scene.topk.k)
         mammo_viewer.window.add_dock_widget(topk_widget, name="Mammogram TopK")
         mammo_viewer.window.add_dock_widget(ExportWidget(mammo_viewer), name="Export overlays")
         viewers.append(mammo_viewer)

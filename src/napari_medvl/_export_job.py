@@ -21,10 +21,11 @@ __all__ = [
     "exportable",
     "export_job",
     "export_layer_metadata",
+    "proposed_export_path",
 ]
 
 HEATMAP_SUFFIXES = (".png", ".jpg", ".geojson", ".csv", ".tiff", ".npz")
-TOPK_SUFFIXES = (".png", ".geojson", ".csv")
+TOPK_SUFFIXES = (".png", ".geojson", ".csv", ".dcm")
 
 
 def exportable(metadata: dict[str, Any]) -> bool:
@@ -70,14 +71,65 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
             model=metadata.get("model"),
         )
         return exported
+    if suffix == ".dcm":
+        return _export_topk_report(metadata, path)
     from medvl_engine.export import write_topk_outputs
+    from medvl_engine.export.topk import TOPK_PNG_SIDE
 
     sources = {view: Path(file) for view, file in metadata.get("sources", {}).items() if file}
     breast = metadata["breast"]
     written = write_topk_outputs(
-        metadata["topk_result"], breast.image, sources, [path], model=metadata.get("model")
+        metadata["topk_result"],
+        breast.image,
+        sources,
+        [path],
+        model=metadata.get("model"),
+        display_side=TOPK_PNG_SIDE,
     )
     return Path(written[0])
+
+
+def _export_topk_report(metadata: dict[str, Any], path: Path) -> Path:
+    """The TopK run of a layer as a DICOM Structured Report (TID 1500), as ``medvl topk
+    --out result.dcm`` writes it: boxes on their source views, readouts, the model."""
+    from medvl_engine.errors import ExportError
+    from medvl_engine.export.dicom import require_highdicom, write_topk_sr
+
+    run = metadata.get("topk_run")
+    if run is None:
+        raise ExportError(
+            f"Cannot export to {path.name}: this TopK layer does not hold the run its DICOM "
+            "report needs; run TopK again from the dock, then export.",
+            path,
+        )
+    require_highdicom()
+    return Path(write_topk_sr(run, path, model_name=metadata.get("model")))
+
+
+def _input_of(name: str, metadata: dict[str, Any]) -> Path | None:
+    """The image a layer was made from: the slide, or the mammogram view its name names
+    (else the first view)."""
+    slide_path = getattr(metadata.get("slide"), "path", None)
+    if slide_path:
+        return Path(str(slide_path))
+    sources = {view: file for view, file in (metadata.get("sources") or {}).items() if file}
+    named = [file for view, file in sources.items() if view in name.split()]
+    chosen = named[0] if named else next(iter(sources.values()), None)
+    return Path(str(chosen)) if chosen else None
+
+
+def proposed_export_path(name: str, metadata: dict[str, Any], suffix: str = ".geojson") -> Path:
+    """Where to export layer ``name``: beside its input image, named after the image and the
+    layer ("slide-heatmap-tumor.geojson"); in the home folder when the layer names no image
+    file. Never the input itself."""
+    import re
+
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "overlay"
+    source = _input_of(name, metadata)
+    if source is None:
+        return Path.home() / f"{slug}{suffix}"
+    stem = source.name if source.is_dir() else source.stem  # a DICOM folder: beside it
+    return source.parent / f"{stem}-{slug}{suffix}"  # longer than the input's name
 
 
 def _refuse_output_over_inputs(metadata: dict[str, Any], path: Path) -> None:

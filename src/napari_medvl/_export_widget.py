@@ -9,7 +9,13 @@ from magicgui.types import FileDialogMode
 from magicgui.widgets import ComboBox, Container, FileEdit
 from magicgui.widgets.bases import Widget
 
-from napari_medvl._export_job import HEATMAP_SUFFIXES, export_job, exportable
+from napari_medvl._export_job import (
+    HEATMAP_SUFFIXES,
+    TOPK_SUFFIXES,
+    export_job,
+    exportable,
+    proposed_export_path,
+)
 from napari_medvl._notify import report_info
 from napari_medvl._widget_common import JobControls
 
@@ -31,6 +37,7 @@ class ExportWidget(Container[Widget]):
             filter="*" + " *".join(HEATMAP_SUFFIXES),
             value=Path.home() / "heatmap.geojson",
         )
+        self._proposed: Path | None = Path(str(self.path.value))
         self.controls = JobControls(run_text="Export")
         super().__init__(widgets=[self.layer_choice, self.path, self.controls])
         self.last_written: Path | None = None
@@ -38,7 +45,21 @@ class ExportWidget(Container[Widget]):
         self.controls.run_button.changed.connect(self.run)
         for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
             event.connect(self._refresh_choices)
+        self.layer_choice.changed.connect(self._propose_path)
         self._refresh_choices()
+        self._propose_path()
+
+    def _propose_path(self, _value: Any = None) -> None:
+        """Name the file after the chosen layer, beside its input image, keeping the suffix
+        when the layer can be written with it; a path the user typed stays."""
+        layer = self.layer_choice.value
+        current = Path(str(self.path.value))
+        if layer is None or (self._proposed is not None and current != self._proposed):
+            return
+        kinds = HEATMAP_SUFFIXES if layer.metadata.get("medvl_kind") == "heatmap" else TOPK_SUFFIXES
+        suffix = current.suffix if current.suffix.lower() in kinds else ".geojson"
+        self._proposed = proposed_export_path(layer.name, dict(layer.metadata), suffix)
+        self.path.value = self._proposed
 
     def _choices(self, _widget: Any = None) -> list[tuple[str, Any]]:
         return [

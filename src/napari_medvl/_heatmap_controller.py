@@ -27,6 +27,7 @@ from napari_medvl._heatmap_job import (
 from napari_medvl._napari_compat import prerender_glyphs
 from napari_medvl._notify import report_error
 from napari_medvl._progress import Progress
+from napari_medvl._worker_process import attach_viewer
 
 if TYPE_CHECKING:
     import napari
@@ -80,6 +81,7 @@ class HeatmapController:
         self._viewer = viewer
         self.form = form
         self.cache = cache
+        attach_viewer(viewer)  # the model process stops when the last such viewer closes
         self._preload = preload
         self.model_work_started = False
         self._pandas: threading.Event | None = None

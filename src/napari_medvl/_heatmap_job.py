@@ -10,6 +10,12 @@ While features are being computed the engine yields partial maps (the patches in
 viewer's view first, see :func:`medvl_engine.pathology.prompt_heatmap`); each becomes a
 ``HeatmapUpdate``. The engine's PartialFeatures of the slide stays in the cache, so a
 cancelled job's features are kept and the next Run continues from them.
+
+Where it can, the job runs in the model process (:mod:`._worker_process`; the child runs this
+same job on its own cache, :mod:`._worker_heatmap`): napari's process then holds no model and
+imports no torch, and the outcome's ``heatmap`` and ``store`` are the torch-free MapData and
+StoreSummary. It runs here, in threads, when no process can be started, when the slide is not
+a file the child can open, or when the cache holds a model loaded here (the demo's).
 """
 
 from __future__ import annotations
@@ -19,17 +25,22 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medvl_engine.common.cache import cache_dir
 from napari_medvl._preload import load_in_background, wait_for_load
 from napari_medvl._progress import Progress, run_with_progress
+
+if TYPE_CHECKING:
+    from napari_medvl._worker_process import ModelProcess
 
 __all__ = [
     "HeatmapRequest",
     "HeatmapOutcome",
     "HeatmapUpdate",
     "FeatureCache",
+    "LoadedElsewhere",
+    "heatmap_here",
     "heatmap_job",
     "parse_prompts",
     "preload_encoder",
@@ -106,15 +117,29 @@ class FeatureCache:
         self.stores[_store_slot(slide, encoder)] = store
 
 
+@dataclass(frozen=True)
+class LoadedElsewhere:
+    """In ``FeatureCache.encoders``: encoder ``name`` is loaded in the model process."""
+
+    name: str
+
+
 def preload_encoder(cache: FeatureCache, model: str) -> threading.Thread | None:
-    """Load encoder ``model`` into ``cache`` in a background thread, and run its text tower
-    once (its first call is several times slower), so the first Run starts at the slide.
+    """Load encoder ``model`` in the background, and run its text tower once (its first call
+    is several times slower), so the first Run starts at the slide: in the model process
+    (``cache.encoders[model]`` is then a LoadedElsewhere), else into ``cache`` in a thread.
 
     Returns the thread, or None when the encoder is loaded or loading already (see
     :func:`._preload.load_in_background`).
     """
 
     def load() -> Any:
+        from napari_medvl._worker_process import model_process
+
+        process = model_process()  # started here, in the background, on first use
+        if process is not None:
+            process.call(f"{_WORKER}:preload_in_child", {"model": model})
+            return LoadedElsewhere(model)
         # torch is imported here, in the background, not by the caller
         from medvl_engine.encoders import load_encoder
 
@@ -138,15 +163,96 @@ def _store_slot(slide: Any, encoder: Any) -> str:
     return f"{_slide_token(slide)}|{encoder.name}"
 
 
+_WORKER = "napari_medvl._worker_heatmap"
+
+
 def heatmap_job(
     request: HeatmapRequest, cache: FeatureCache, cancel: threading.Event | None = None
 ) -> Generator[Progress | HeatmapUpdate, None, HeatmapOutcome]:
     """Generator job: load the encoder, then the engine's prompt heatmap on the cached,
-    named or extracted features.
+    named or extracted features, in the model process where it can (module docstring).
 
     Yields Progress, and a HeatmapUpdate for each partial map (see the module docstring);
     returns the complete HeatmapOutcome.
     """
+    process = _process_for(request, cache, cancel)
+    if process is not None:
+        return (yield from _heatmap_in_process(process, request, cache, cancel))
+    return (yield from heatmap_here(request, cache, cancel))
+
+
+def _process_for(
+    request: HeatmapRequest, cache: FeatureCache, cancel: threading.Event | None
+) -> ModelProcess | None:
+    """The model process for ``request``, or None to run it in this process."""
+    loaded = cache.encoders.get(request.model)
+    if loaded is not None and not isinstance(loaded, LoadedElsewhere):
+        return None  # a model loaded here (the demo's), with its features
+    if not Path(str(getattr(request.slide, "path", ""))).exists():
+        return None  # the child opens the slide from its file
+    from napari_medvl._worker_process import model_process
+
+    return model_process(cancel)
+
+
+@dataclass
+class _Kept:
+    """Patches with features of a slide whose extraction runs or was cancelled."""
+
+    done: int = 0
+
+
+def _heatmap_in_process(
+    process: ModelProcess,
+    request: HeatmapRequest,
+    cache: FeatureCache,
+    cancel: threading.Event | None,
+) -> Generator[Progress | HeatmapUpdate, None, HeatmapOutcome]:
+    from napari_medvl._worker_results import FinalMap, PartialMap
+
+    yield Progress("loading model")  # a model being preloaded is waited for, not loaded twice
+    yield from wait_for_load(cache.loading, request.model, cancel, "heatmap")
+    payload = {
+        name: getattr(request, name)
+        for name in HeatmapRequest.__dataclass_fields__
+        if name != "slide"
+    }
+    payload.update(slide=str(request.slide.path), root=cache.folder())
+    key = f"{_slide_token(request.slide)}|{request.model}"
+    kept = cache.partials.setdefault(key, _Kept())
+    steps = process.run(f"{_WORKER}:heatmap_in_child", payload, cancel, label="heatmap request")
+    try:
+        while True:
+            try:
+                item = next(steps)
+            except StopIteration as finished:
+                final: FinalMap = finished.value
+                break
+            if isinstance(item, PartialMap):
+                outcome = HeatmapOutcome(request, item.heatmap, None, store=item.store)
+                yield HeatmapUpdate(outcome, item.done, item.total)
+                continue
+            if isinstance(item, Progress) and item.stage == "features":
+                kept.done = item.done
+            yield item
+    finally:
+        steps.close()  # cancels the child's job when this one is closed
+    cache.encoders.setdefault(request.model, LoadedElsewhere(request.model))
+    cache.partials.pop(key, None)
+    return HeatmapOutcome(
+        request,
+        final.heatmap,
+        final.top_patches,
+        store=final.store,
+        store_path=final.store_path,
+        extracted=final.extracted,
+    )
+
+
+def heatmap_here(
+    request: HeatmapRequest, cache: FeatureCache, cancel: threading.Event | None = None
+) -> Generator[Progress | HeatmapUpdate, None, HeatmapOutcome]:
+    """:func:`heatmap_job` in this process (threads): the model loads into ``cache``."""
     from medvl_engine.encoders import load_encoder
     from medvl_engine.errors import CancelledError
     from medvl_engine.features import PartialFeatures
@@ -155,7 +261,7 @@ def heatmap_job(
     yield Progress("loading model")
     yield from wait_for_load(cache.loading, request.model, cancel, "heatmap")
     encoder = cache.encoders.get(request.model)
-    if encoder is None:
+    if encoder is None or isinstance(encoder, LoadedElsewhere):
         encoder = yield from run_with_progress(
             "loading model", lambda progress: load_encoder(request.model), cancel=cancel
         )

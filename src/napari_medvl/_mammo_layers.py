@@ -143,18 +143,20 @@ def readable_topk_layers(
     laterality: str | None = None,
     sources: dict[str, str] | None = None,
     model: str | None = None,
+    run: Any = None,
 ) -> list[LayerData]:
     """TopK layers in drawing order: importance, then per view box rims, boxes, label plates.
 
     The boxes layer keeps its rank/score features but no text of its own; the labels layer
     carries the same features and the text, white on dark plates. The importance maps name
-    the ``model`` that made them and its demo notice (for their colour bar).
+    the ``model`` that made them and its demo notice (for their colour bar); ``run`` (the
+    engine's BreastTopK) joins every layer's metadata as ``topk_run``.
     """
     from medvl_engine.demo_models import demo_notice_for
 
     notice = demo_notice_for(model)
     layers: list[LayerData] = []
-    for data in topk_layers(result, breast, view_frames, laterality, sources=sources):
+    for data in topk_layers(result, breast, view_frames, laterality, sources=sources, run=run):
         _, kwargs, layer_type = data
         view = str(kwargs["name"]).rsplit(" ", 1)[-1]
         if layer_type == "image":  # importance: the shared sequential map, as in exports
@@ -165,7 +167,10 @@ def readable_topk_layers(
                     "prompt": "TopK importance w / sum w",
                     "mode": "importance",
                     "normalize": "none",
-                    "value_range": tuple(float(v) for v in kwargs["contrast_limits"]),
+                    "value_range": tuple(
+                        float(v)
+                        for v in kwargs["metadata"].get("value_range", kwargs["contrast_limits"])
+                    ),
                     "model": model,
                     "demo_notice": notice,
                 }

@@ -1,9 +1,12 @@
-"""npe2 reader: whole-slide images and mammograms through the engine's openers.
+"""npe2 reader: whole-slide images, mammograms and DICOM results through the engine's openers.
 
 ``get_reader`` answers by file name only (napari calls it for every file a
 user drops); the returned function opens the files with medvl_engine.io and
-turns them into layers with the builders in ``_layers``. Files that turn out
-to be unreadable give their one-sentence MedVLError as a notification.
+turns them into layers with the builders in ``_layers``. A DICOM result object (SR, GSPS,
+parametric map, segmentation, bulk annotations) is told apart from an image by its SOP
+Class and drawn on its source image when that is open in the viewer, else alone in source
+px (``_dicom_result_layers``). Files that turn out to be unreadable give their one-sentence
+MedVLError as a notification.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData
     mammograms = []
     for item in paths:
         try:
+            if _is_dicom_result(str(item)):
+                layers.extend(_result_layers(str(item)))
+                continue
             kind, opened = _open(str(item))
         except MedVLError as error:
             report_error(error)
@@ -99,6 +105,25 @@ def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData
     if mammograms:
         layers.extend(mammogram_layers(mammograms, start_x=_free_x_in_current_viewer()))
     return layers or NULL_LAYER
+
+
+def _is_dicom_result(path: str) -> bool:
+    candidate = Path(path)
+    if candidate.is_dir() or candidate.suffix.lower() not in DICOM_SUFFIXES:
+        return False
+    from medvl_engine.io.dicom_results import is_dicom_result
+
+    return bool(is_dicom_result(candidate))
+
+
+def _result_layers(path: str) -> list[LayerData]:
+    """Layers of a DICOM result, each part on its source image's layer when that is open."""
+    import napari
+
+    from medvl_engine.io.dicom_results import read_dicom_result
+    from napari_medvl._dicom_result_layers import dicom_result_layers
+
+    return dicom_result_layers(read_dicom_result(path), napari.current_viewer(), read_dicom_result)
 
 
 def _display_levels(slide: Any) -> list[Any] | None:

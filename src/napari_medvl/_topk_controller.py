@@ -80,12 +80,22 @@ class TopKController:
 
     # --- model ---------------------------------------------------------------------------
     def model_changed(self, _value: Any = None) -> None:
-        """K's maximum follows the model's candidate patches; the status line shows its notice."""
+        """K's maximum follows the model's candidate patches and K becomes the K it was
+        evaluated with (both read from its config.json, no torch); the status line shows
+        its notice."""
         from medvl_engine.demo_models import demo_notice_for
+        from medvl_engine.errors import MedVLError
+        from medvl_engine.mammography import evaluated_k
         from medvl_engine.model_folders import topk_candidates
 
-        candidates = topk_candidates(self.form.model.value)
+        name = self.form.model_name()
+        candidates = topk_candidates(name)
         self.form.set_k_limit(candidates or K_LIMIT_UNKNOWN)
+        try:
+            evaluated: int | None = evaluated_k(name)
+        except MedVLError:  # not found or unreadable: the loader says why when it is run
+            evaluated = None
+        self.form.set_evaluated_k(evaluated)
         self.form.controls.set_notice(demo_notice_for(self.form.model.value))
 
     def preload_model(self) -> None:

@@ -2,7 +2,9 @@
 
 The mammogram lists offer the layers the given callable names and choose a CC and an MLO
 view by themselves; the VOI list offers the transforms the chosen CC file holds; K's maximum
-is set from the model's candidate patches (:meth:`TopKForm.set_k_limit`).
+is set from the model's candidate patches (:meth:`TopKForm.set_k_limit`) and its value from
+the K the model was evaluated with (:meth:`TopKForm.set_evaluated_k`), which the line under
+K names, saying so when the chosen K departs from it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from magicgui.widgets import ComboBox, Container, PushButton, SpinBox, TextEdit
+from magicgui.widgets import ComboBox, Container, Label, PushButton, SpinBox, TextEdit
 from magicgui.widgets.bases import Widget
 
 from napari_medvl._colorbar import ColorBar
@@ -35,7 +37,11 @@ class TopKForm(Container[Widget]):
         self.cc_choice = ComboBox(label="CC", choices=self._mammogram_choices, nullable=True)
         self.mlo_choice = ComboBox(label="MLO", choices=self._mammogram_choices, nullable=True)
         self.model = ModelPicker("topksiglip", DEFAULT_MODEL)
+        self.model.labels = False  # the row's own label names it: "model", once
+        self.evaluated_k: int | None = None
         self.k = SpinBox(label="K", value=15, min=1, max=K_LIMIT_UNKNOWN)
+        self.k_note = Label(label="", value="")
+        self.k.changed.connect(self._show_k_note)
         self.voi = ComboBox(label="VOI", choices=self._voi_choices)
         self.hang_button = PushButton(text="Hang views (R | L, CC over MLO)")
         self.reset_window_button = PushButton(text="Reset window (DICOM VOI)")
@@ -48,6 +54,7 @@ class TopKForm(Container[Widget]):
                 self.mlo_choice,
                 self.model,
                 self.k,
+                self.k_note,
                 self.voi,
                 Container(
                     widgets=[self.hang_button, self.reset_window_button],
@@ -98,6 +105,28 @@ class TopKForm(Container[Widget]):
             self.k.value = candidates
         self.k.max = candidates
         self.k.tooltip = f"patches to mark, at most the model's {candidates} candidates"
+
+    def set_evaluated_k(self, evaluated: int | None) -> None:
+        """Set K to the K the model was evaluated with (None: unknown; K stays) and name it."""
+        self.evaluated_k = evaluated
+        if evaluated is not None:
+            self.k.value = min(evaluated, int(self.k.max))
+        self._show_k_note()
+
+    def _show_k_note(self, _value: Any = None) -> None:
+        """The line under K: the evaluated K, and a warning when the chosen K departs."""
+        evaluated = self.evaluated_k
+        if evaluated is None:
+            self.k_note.value = ""
+        elif int(self.k.value) == evaluated:
+            self.k_note.value = f"evaluated at K = {evaluated}"
+        else:
+            chosen = int(self.k.value)
+            self.k_note.value = f"evaluated at K = {evaluated}; K = {chosen} departs from it"
+        self.k_note.tooltip = (
+            "The model's reported metrics were measured at this K; another K gives other "
+            "boxes, scores and readouts."
+        )
 
     def model_name(self) -> str:
         """The chosen model, or the demo model when the field is empty."""

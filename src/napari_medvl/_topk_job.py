@@ -34,12 +34,13 @@ def preload_topk_model(
 
 @dataclass(frozen=True)
 class TopKRequest:
-    """Two views of one breast (engine Mammogram objects), a model and K."""
+    """Two views of one breast (engine Mammogram objects), a model and K (None: the K the
+    model was evaluated with)."""
 
     cc: Any
     mlo: Any
     model: str
-    k: int = 15
+    k: int | None = None
     frames: dict[str, Any] | None = None
     """World frames (WorldFrame) of the CC and MLO layers: the job builds the layers in them."""
 
@@ -53,6 +54,8 @@ class TopKOutcome:
     breast: Any
     layers: list[Any] | None = None
     """LayerData built in the worker for ``request.frames`` (None without frames)."""
+    run: Any = None
+    """The engine's whole answer (medvl_engine.mammography.BreastTopK): K, evaluated K, views."""
 
 
 def topk_job(
@@ -62,9 +65,10 @@ def topk_job(
     cancel: threading.Event | None = None,
 ) -> Generator[Progress, None, TopKOutcome]:
     """Generator job: load the model (once; ``loading`` holds the events of loads already
-    under way, see :func:`preload_topk_model`), then :func:`medvl_engine.mammography.topk`
-    (K checked, breast image at the paper's 1536 x 1536, TopK-Patch, zero-shot readouts)."""
-    from medvl_engine.mammography import PAPER_VIEW_SIZE, topk
+    under way, see :func:`preload_topk_model`), then :func:`medvl_engine.mammography.topk`,
+    the path ``medvl topk`` and the evaluation share (K checked, the breast image at the
+    model's own side, TopK-Patch, zero-shot readouts)."""
+    from medvl_engine.mammography import topk
     from medvl_engine.models.topksiglip_folder import load_topksiglip
 
     yield from wait_for_load(loading or {}, request.model, cancel, "TopK")
@@ -77,12 +81,7 @@ def topk_job(
     run = yield from run_with_progress(
         "TopK-Patch",
         lambda progress: topk(
-            request.cc,
-            request.mlo,
-            model,
-            k=request.k,
-            view_size=PAPER_VIEW_SIZE,
-            model_name=request.model,
+            request.cc, request.mlo, model, k=request.k, model_name=request.model
         ),
         cancel=cancel,
     )
@@ -94,9 +93,15 @@ def topk_job(
         yield Progress("building layers")
         sources = {"CC": str(request.cc.path), "MLO": str(request.mlo.path)}
         layers = readable_topk_layers(
-            result, breast, request.frames, breast.laterality, sources=sources, model=request.model
+            result,
+            breast,
+            request.frames,
+            breast.laterality,
+            sources=sources,
+            model=request.model,
+            run=run,
         )
-    return TopKOutcome(request, result, breast, layers)
+    return TopKOutcome(request, result, breast, layers, run)
 
 
 def format_readouts(zero_shot: dict[str, dict[str, float]]) -> str:

@@ -12,7 +12,26 @@ import numpy as np
 
 from napari_medvl._layer_frame import LayerData, WorldFrame, boxes_layer, layer_units
 
-__all__ = ["TOPK_BOX_COLOR", "TOPK_BOX_TEXT", "importance_layers", "topk_layers"]
+__all__ = [
+    "IMPORTANCE_FLOOR",
+    "TOPK_BOX_COLOR",
+    "TOPK_BOX_TEXT",
+    "importance_floor",
+    "importance_layers",
+    "topk_layers",
+]
+
+IMPORTANCE_FLOOR = 0.01
+"""Cells whose importance is below this share of the map's largest cell are transparent: the
+softmax gives every candidate some weight (down to 1e-13), and an additive colour map would
+otherwise tint the whole view with its lowest colour."""
+
+
+def importance_floor(importance: np.ndarray) -> float:
+    """The value under which importance cells are hidden: :data:`IMPORTANCE_FLOOR` times the
+    largest cell (0 for a map without a positive cell)."""
+    peak = float(np.nanmax(importance)) if np.size(importance) else 0.0
+    return IMPORTANCE_FLOOR * peak if peak > 0 else 0.0
 
 
 def _raster_affine(
@@ -93,7 +112,10 @@ def importance_layers(
     """The TopK importance map [G, G] over the breast image, split onto each source view.
 
     cell_bounds: the engine's cell edges ``[G + 1]`` in breast-image px (TopKResult.cell_bounds;
-    the same on both axes); None means G equal cells of side S / G. Rows [0, G/2) are the CC
+    the same on both axes); None means G equal cells of side S / G. Cells below
+    :func:`importance_floor` are NaN (transparent) and the colour map starts at the floor (the
+    metadata keeps the map's ``value_range`` and the floor as ``threshold``, which the colour
+    bar names). Rows [0, G/2) are the CC
     half of the grid (CC on top), rows [G/2, G) the MLO half. Each half is painted on a uniform
     raster whose pixel edges include every cell edge, then placed on its view's layer with an
     affine built from the engine's ``breast.to_source``, so cells sit over the tissue they
@@ -110,7 +132,11 @@ def importance_layers(
             raise ValueError(f"cell_bounds must hold {rows + 1} edges, got shape {bounds.shape}")
     step = _clip_step(_raster_step(bounds), float(bounds[-1] - bounds[0]))
     low, high = float(np.nanmin(grid)), float(np.nanmax(grid))
-    limits = (low, high if high > low else low + 1e-6)  # a flat map shows as no overlay
+    floor = importance_floor(grid)
+    if floor > low:  # cells below the floor: NaN, drawn transparent
+        grid = np.where(grid >= floor, grid, np.float32(np.nan)).astype(np.float32)
+    bottom = max(low, floor)
+    limits = (bottom, high if high > bottom else bottom + 1e-6)  # a flat map shows no overlay
     layers: list[LayerData] = []
     for view, (row_lo, row_hi) in (("CC", (0, rows // 2)), ("MLO", (rows // 2, rows))):
         if view not in view_frames:
@@ -137,6 +163,8 @@ def importance_layers(
                 "medvl_kind": "importance",
                 "view": view,
                 "world_frame": frame.as_dict(),
+                "value_range": (low, high),
+                "threshold": floor if floor > low else None,
             },
         }
         layers.append((raster, kwargs, "image"))
@@ -190,16 +218,18 @@ def topk_layers(
     view_frames: dict[str, WorldFrame],
     laterality: str | None = None,
     sources: dict[str, str] | None = None,
+    run: Any = None,
 ) -> list[LayerData]:
     """Layers for a TopK result: boxes on each source view plus the importance map.
 
     ``result`` follows medvl_engine.models.topksiglip_inference.TopKResult (boxes / ranks / scores
     per view in that view's source px (x0, y0, x1, y1)); ``view_frames`` holds the world
     frame of the CC and MLO image layers (their side-by-side offsets). The result, the
-    breast image and the ``sources`` (view -> file) stay in each layer's metadata for
-    exports.
+    breast image, the ``sources`` (view -> file) and the engine's whole ``run``
+    (:class:`medvl_engine.mammography.BreastTopK`, for the DICOM exports; None when not at
+    hand) stay in each layer's metadata for exports.
     """
-    context = {"medvl_kind": "topk", "topk_result": result, "breast": breast}
+    context = {"medvl_kind": "topk", "topk_result": result, "breast": breast, "topk_run": run}
     context["sources"] = dict(sources or {})
     prefix = f"TopK {laterality}" if laterality else "TopK"
     layers = importance_layers(

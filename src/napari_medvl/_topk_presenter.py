@@ -86,6 +86,7 @@ class TopKPresenter:
                 outcome.breast.laterality,
                 sources=sources,
                 model=outcome.request.model,
+                run=outcome.run,
             )
         self._queued.extend(layers)
         if len(self._queued) == len(layers):
@@ -130,7 +131,16 @@ class TopKPresenter:
             if kwargs["name"] == f"{prefix} importance CC":
                 self.form.colorbar.show_layer(kwargs["metadata"], kwargs["contrast_limits"])
         self.form.controls.set_notice(notice)
-        status = f"Top {outcome.request.k} patches shown ({outcome.request.model})."
+        k, evaluated = outcome.result.k, outcome.result.evaluated_k
+        status = f"Top {k} patches shown ({outcome.request.model}"
+        if evaluated is not None:
+            status += (
+                ", the K it was evaluated at)."
+                if k == evaluated
+                else f"); it was evaluated at K = {evaluated}."
+            )
+        else:
+            status += ")."
         self.form.controls.status.value = f"{status} ({notice})" if notice else status
 
     # --- result layers, before any result ----------------------------------------------------

@@ -103,6 +103,30 @@ def test_demo_says_what_its_models_are_and_how_long_each_stage_took(demo_run):
         assert f"{stage} " in timings[0]
 
 
+def test_the_demo_reads_its_breast_at_the_models_side_and_evaluated_k(demo_run):
+    """The demo's breast (a BI-RADS 5 cancer; tests/engine/test_mammography_api.py runs the
+    same breast through the evaluation, `medvl topk` and the dock) is read at the model's
+    own side and evaluated K, and every TopK file carries the readouts printed."""
+    out, completed, _ = demo_run
+    document = json.loads((out / "topk.geojson").read_text())
+    medvl = document["medvl"]
+    assert (medvl["k"], medvl["evaluated_k"], medvl["image_size"]) == (4, 4, 256)
+    p_cancer = medvl["zero_shot"]["cancer"]["positive"]
+    with open(out / "topk.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {float(row["p_cancer_positive"]) for row in rows} == {p_cancer}
+    assert {(row["k"], row["evaluated_k"], row["image_size"]) for row in rows} == {
+        ("4", "4", "256")
+    }
+    with Image.open(out / "topk.png") as image:
+        assert json.loads(image.text["medvl:zero_shot"]) == medvl["zero_shot"]
+        assert image.size[0] == 768  # the 256 px image the model scored, enlarged 3 times
+    assert (
+        "topksiglip-demo: K = 4 (the K the model was evaluated at), breast image 256 x 256 px, "
+        f"zero-shot p(cancer) = {p_cancer:.3f}"
+    ) in completed.stdout
+
+
 def test_demo_stderr_holds_no_library_noise(demo_run):
     _, completed, _ = demo_run
     assert completed.stderr.strip() == ""
@@ -138,7 +162,7 @@ def test_demo_reads_at_the_models_own_k_and_refuses_an_impossible_k(
     from medvl_engine.demo import build_scene
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    tiny = str(tiny_topk_folder(tmp_path))  # trained with K = 3 on an 8 x 8 grid
+    tiny = str(tiny_topk_folder(tmp_path))  # trained and evaluated with K = 3 on an 8 x 8 grid
     missing = str(tmp_path / "no-encoder")
     scene = build_scene(tmp_path / "a", "tumor", missing, tiny, None, slide_size=(512, 512))
     assert scene.topk is not None

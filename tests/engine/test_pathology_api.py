@@ -134,3 +134,109 @@ def test_classify_gives_the_scores_medvl_classify_prints(slide_path, capsys, dem
     np.testing.assert_allclose(
         maps[result.ranked[0][0]].scores.mean(), 1.0, rtol=1e-4
     )  # alpha_i * N averages to 1
+
+
+def test_templates_none_is_todays_heatmap_and_classification_to_the_bit(slide_path, demo_encoder):
+    import inspect
+
+    from medvl_engine.heatmap import similarity_map
+    from medvl_engine.pathology import segment
+    from medvl_engine.prompts import ensemble_embeddings, expand_classes
+    from medvl_engine.slide_classification import classify_with_attention
+
+    encoder = demo_encoder()
+    prompts = ["tumor", "stroma"]
+    two = ("an H&E image of {}.", "{}, H&E.")
+    with open_slide(slide_path) as slide:
+        store = final(prompt_heatmap(slide, "tumor", encoder, partials=False)).store
+        today = similarity_map(store, encoder.encode_text(prompts), mode="softmax")
+        for options in ({}, {"templates": "none"}):
+            got = final(
+                prompt_heatmap(slide, prompts, encoder, mode="softmax", features=store, **options)
+            )
+            np.testing.assert_array_equal(got.scores, today.scores)
+        ensembled = final(prompt_heatmap(slide, "tumor", encoder, features=store, templates=two))
+        tumor = ensemble_embeddings(encoder.encode_text, {"tumor": ("tumor",)}, two)
+        np.testing.assert_allclose(ensembled.scores, store.features @ tumor[0].numpy(), atol=1e-6)
+        plain = store.features @ encoder.encode_text(["tumor"])[0].numpy()
+        assert np.abs(ensembled.scores - plain).max() > 1e-3
+
+        classes = ["tumor", "adipose tissue"]
+        before = classify_with_attention(store, encoder, classes, 0.05)
+        off = classify(slide, classes, encoder, templates="none", features=store).classification
+        np.testing.assert_array_equal(off.scores, before.scores)
+        np.testing.assert_array_equal(off.attention, before.attention)
+        on = classify(slide, classes, encoder, templates=two, features=store).classification
+        recipe = expand_classes({c: (c,) for c in classes}, two)
+        np.testing.assert_allclose(
+            on.scores, classify_with_attention(store, encoder, recipe, 0.05).scores, rtol=1e-6
+        )
+        assert np.abs(on.scores - off.scores).max() > 1e-4
+    # the defaults: CONCH's ensembles to classify and segment, plain prompts for heatmaps
+    assert inspect.signature(classify).parameters["templates"].default == "conch"
+    assert inspect.signature(segment).parameters["templates"].default == "conch"
+    assert inspect.signature(prompt_heatmap).parameters["templates"].default == "none"
+
+
+def test_segment_gives_the_regions_and_areas_medvl_segment_writes(
+    slide_path, tmp_path, capsys, demo_encoder
+):
+    from medvl_engine.pathology import segment
+
+    templates = tmp_path / "templates.txt"
+    templates.write_text("an H&E image of {}.\n{}, H&E.\n", encoding="utf-8")
+    classes = {
+        "tumor": ("tumor", "carcinoma"),
+        "stroma": ("stroma",),
+        "adipose": ("adipose", "adipose tissue", "fat"),  # as --class adipose=adipose tissue,fat
+    }
+    result = segment(slide_path, classes, demo_encoder(), templates=templates)
+    width, height = result.class_map.slide_dimensions
+    assert result.regions and not result.notes
+    assert result.templates == ("an H&E image of {}.", "{}, H&E.")
+    shares = {row["class"]: row["share_of_tissue"] for row in result.table}
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert min(shares["tumor"], shares["stroma"], shares["adipose"]) > 0.05  # all three drawn
+    for region in result.regions:
+        for ring in region.rings:
+            assert (ring >= 0).all() and (ring <= (width, height)).all()
+    outs = [tmp_path / "regions.geojson", tmp_path / "areas.csv", tmp_path / "map.png"]
+    argv = ["segment", str(slide_path), "--class", "tumor=carcinoma", "--class", "stroma"]
+    argv += ["--class", "adipose=adipose tissue,fat", "--json", "--max-size", "256"]
+    argv += ["--templates", str(templates)]
+    capsys.readouterr()
+    assert main([*argv, *(a for out in outs for a in ("--out", str(out)))]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert json.loads(printed[0]) == result.table and printed[1:] == [str(o) for o in outs]
+    written = json.loads(outs[0].read_text())
+    assert len(written["features"]) == len(result.regions)
+    assert written["features"][0]["properties"]["classification"]["name"] == result.regions[0].name
+
+
+@pytest.mark.parametrize(
+    ("argv", "sentence"),
+    [
+        (["--class", "tumor"], "Segmenting needs at least two classes to choose between, got 1"),
+        (["--class", "tumor", "--class", "=fat"], "Class '=fat' has an empty name"),
+        (["--class", "a", "--class", "b", "--templates", "{T}"], "neither a set (conch, none)"),
+        (["--class", "a", "--class", "b", "--out", "x.tiff"], "Output x.tiff has an unknown type"),
+        (
+            ["--class", "a", "--class", "b", "--overlap", "4", "--features", "f.zarr"],
+            "brings its own",
+        ),
+        (["--preset", "liver"], "'liver' is not a class preset"),
+    ],
+)
+def test_medvl_segment_refuses_bad_input_in_one_sentence(slide_path, argv, sentence, capsys):
+    assert main(["segment", str(slide_path), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert sentence in err and len(err.splitlines()) == 1
+
+
+def test_a_template_without_its_place_is_refused_from_the_file(tmp_path, capsys):
+    templates = tmp_path / "mine.txt"
+    templates.write_text("an H&E image of {}.\nan image of tumor.\n", encoding="utf-8")
+    assert main(["segment", "--list-templates", "--templates", str(templates)]) == 2
+    assert "Template 2 in mine.txt" in capsys.readouterr().err
+    assert main(["segment", "--list-templates"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "{}, H&E."

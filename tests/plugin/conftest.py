@@ -8,6 +8,17 @@ import os
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def models_in_threads(monkeypatch):
+    """The docks' jobs run in threads of the test's process, not in the model process: each
+    test's viewer would start its own (importing torch and loading the model again, 10 - 20 s
+    a test on two busy cores). The child runs the same job functions; test_worker_process.py
+    and the stall test run them through the process."""
+    from napari_medvl._worker_process import ENV_SWITCH
+
+    monkeypatch.setenv(ENV_SWITCH, "0")
+
+
 @pytest.fixture(scope="module")
 def medvl_cache(request):
     """MEDVL_CACHE in pytest's own cache folder, so the demo model is fitted once, not per run.
@@ -97,6 +108,32 @@ def assert_within_stall_bounds():
         assert probe.percentile_ms(99) < p99_bound, message
 
     return _assert_within
+
+
+WORST_RATIO = 2.0
+P99_RATIO = 1.5
+
+
+@pytest.fixture(scope="session")
+def assert_within_floor():
+    """``assert_within_floor(gaps, floor, what)``: the event-loop gaps (ms) of a phase stay
+    within ``WORST_RATIO`` x the floor's worst gap and ``P99_RATIO`` x its p99 (``p99_ratio``
+    None: the worst only). The floor is bare napari drawing the same pyramid held in memory,
+    panned along the same path in the same run (test_heatmap_widget_stalls.py)."""
+    import numpy as np
+
+    def _assert(gaps, floor, what, worst_ratio=WORST_RATIO, p99_ratio=P99_RATIO):
+        worst, floor_worst = max(gaps), max(floor)
+        p99, floor_p99 = np.percentile(gaps, 99), np.percentile(floor, 99)
+        message = (
+            f"{what}: worst {worst:.0f} ms, p99 {p99:.0f} ms ({len(gaps)} ticks); floor: worst "
+            f"{floor_worst:.0f} ms, p99 {floor_p99:.0f} ms ({len(floor)} ticks)"
+        )
+        assert worst <= worst_ratio * floor_worst, message
+        if p99_ratio is not None:
+            assert p99 <= p99_ratio * floor_p99, message
+
+    return _assert
 
 
 @pytest.fixture

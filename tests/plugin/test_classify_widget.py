@@ -23,6 +23,7 @@ def test_classification_ranks_the_classes_and_explains_each_on_the_slide(
     make_napari_viewer, qtbot, tmp_path, medvl_cache, small_slide, wait_for_runner
 ):
     from medvl_engine.heatmap import classify_slide
+    from medvl_engine.prompts import CONCH_TEMPLATES, expand_classes
 
     viewer = make_napari_viewer()
     slide_layer = _open_slide(viewer, small_slide.path)
@@ -38,8 +39,13 @@ def test_classification_ranks_the_classes_and_explains_each_on_the_slide(
     assert widget.runner.last_error is None, widget.runner.last_error
 
     outcome = widget.last_outcome
+    names = ["tumor", "stroma", "adipose"]
+    # the dock reads each class as CONCH's prompt ensemble of its name, as `medvl classify` does
     reference = classify_slide(
-        outcome.store, widget.cache.encoders["medvl-demo"], ["tumor", "stroma", "adipose"], 0.05
+        outcome.store,
+        widget.cache.encoders["medvl-demo"],
+        expand_classes({name: (name,) for name in names}, CONCH_TEMPLATES),
+        0.05,
     )
     lines = widget.ranking.value.splitlines()
     assert [line.split()[1] for line in lines] == [name for name, _ in reference]

@@ -129,6 +129,10 @@ def test_demo_viewers_hold_the_overlays_and_reuse_the_demo_features(
         importance = mammo_viewer.layers["TopK L importance CC"]
         assert topk.colorbar.showing and topk.colorbar.colormap == importance.metadata["colormap"]
         assert f"model: {tiny_topk}" in topk.colorbar.details.text()
+        # the dock shows the K the scene ran at, beside the K the model was evaluated at
+        assert (
+            topk.k.value == 4 and topk.k_note.value == "evaluated at K = 3; K = 4 departs from it"
+        )
         widget.prompts.value = "stroma"
         assert widget.run() is not None
         wait_for_runner(qtbot, widget.runner)

@@ -1,17 +1,17 @@
 """GUI-thread stalls while panning a JPEG 2000 slide at level 0, during a first heatmap and
-when a new prompt's result appears, with napari's default synchronous slicing (the reader's
-progressive levels decode in their worker).
+when a new prompt's result appears, against bare napari's floor measured in the same run.
 
-The probe is a 10 ms QTimer recording the longest gap of the Qt event loop. Targets (issue
-10): <= 100 ms worst, <= 50 ms p99, which bench/bench_plugin_stalls.py prints. Under Xvfb the
-canvas is drawn by software OpenGL, and the CI machine's two cores are shared with other
-jobs: a frame then takes 40 - 80 ms on its own, and when the machine is loaded the scheduler
-alone leaves the idle event loop without CPU for longer. Measured on such a machine under a
-training job's load: pan <= 80 ms, first heatmap <= 150 ms, a new prompt's result <= 160 ms
-worst. So each phase's bound is 300 ms worst / 200 ms p99 plus twice what the idle loop
-shows, measured just before it (a quiet machine: ~15 ms; the fixtures ``idle_gaps`` and
-``assert_within_stall_bounds`` of conftest.py); GUI-thread tile decoding or a layer
-added when a result arrives (0.3 - 3 s stalls on top of the idle gaps) still fails it.
+The probe is a 10 ms QTimer recording the gaps of the Qt event loop. The floor is napari
+drawing the same pyramid held in memory (no reads, no decoding, nothing of the plugin) panned
+along the same path at the same window size: what drawing alone costs on this display (under
+Xvfb software OpenGL, on a machine whose cores other jobs share, a frame takes 40 - 100 ms on
+its own). It is measured before and after the plugin's phases, and each phase must stay
+within 2x the floor's worst gap and 1.5x its p99 (conftest ``assert_within_floor``): panning
+the slide's progressive levels (their blocks decoded in the reader's worker) and panning while
+the first heatmap is computed (Run one second after the dock binds the slide, the model not
+loaded: the model process loads it and extracts the features; in napari's own process the
+same work stalled the loop 0.5 - 0.7 s at a time); a new prompt's result display stays
+within 2x the floor's worst.
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from napari_medvl._event_turns import GLYPH_RANKS
 from napari_medvl._heatmap_job import FeatureCache
 from napari_medvl._heatmap_widget import HeatmapWidget
 from napari_medvl._progressive_levels import ProgressiveLevel
 from napari_medvl._stall_probe import StallProbe
 
-pytestmark = pytest.mark.gui
+pytestmark = [
+    pytest.mark.gui,
+    pytest.mark.slow,
+]  # the model process loads the model: minutes on 2 busy cores
 
 
 def _j2k_pyramid(path: Path, size: int = 2048, tile: int = 240) -> Path:
@@ -65,66 +67,107 @@ def _j2k_pyramid(path: Path, size: int = 2048, tile: int = 240) -> Path:
     return path
 
 
-def test_panning_a_jpeg2000_slide_and_showing_results_do_not_stall(
+PAN_STEPS = 14
+STEP_MS = 40
+START_YX = (200.0, 100.0)  # um; 120 screen px a step at zoom 2: new tiles on every step
+STEP_YX = (40.0, 60.0)
+
+
+def _pan(qtbot, camera, passes: int) -> None:
+    """``passes`` passes along the path, alternately forward and back, at level 0."""
+    for index in range(passes):
+        for step in range(1, PAN_STEPS + 1):
+            at = step if index % 2 == 0 else PAN_STEPS - step
+            camera.center = (START_YX[0] + STEP_YX[0] * at, START_YX[1] + STEP_YX[1] * at)
+            qtbot.wait(STEP_MS)
+
+
+def _floor(qtbot, viewer, camera, slide, copy, passes: int) -> list[float]:
+    """Gaps (ms) of ``passes`` pan passes over the in-memory copy, the slide hidden."""
+    slide.visible, copy.visible = False, True
+    camera.center = START_YX
+    qtbot.wait(300)
+    with StallProbe() as floor:
+        _pan(qtbot, camera, passes)
+    slide.visible, copy.visible = True, False
+    camera.center = START_YX
+    qtbot.wait(300)
+    return floor.gaps_ms
+
+
+def test_panning_a_jpeg2000_slide_and_showing_results_stay_near_naparis_floor(
     make_napari_viewer,
     qtbot,
     tmp_path,
     medvl_cache,
     sync_slicing,
     wait_for_runner,
-    idle_gaps,
-    assert_within_stall_bounds,
+    assert_within_floor,
+    monkeypatch,
 ):
     import npe2
 
+    from napari_medvl._worker_process import ENV_SWITCH, shutdown_model_process
+
+    monkeypatch.setenv(ENV_SWITCH, "1")  # the model process, as napari runs the dock
     path = _j2k_pyramid(tmp_path / "j2k.svs")
     viewer = make_napari_viewer(show=True)
     npe2.PluginManager.instance().discover()
     layer = viewer.open(str(path), plugin="napari-medvl")[0]
     assert len(layer.data) == 3
     assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
+    slide = layer.metadata["slide"]
+    copy = viewer.add_image(
+        [np.asarray(level) for level in slide.levels],
+        multiscale=True,
+        rgb=True,
+        scale=layer.scale,
+        translate=layer.translate,
+        name="in-memory copy",
+        visible=False,
+    )
     camera = viewer.scene.camera
     camera.zoom = 2.0  # one screen px per level-0 px (0.5 um/px)
-    camera.center = (200.0, 100.0)
+    camera.center = START_YX
     qtbot.wait(1000)
+    floor = _floor(qtbot, viewer, camera, layer, copy, 2)
 
-    idle = idle_gaps(qtbot)
     with StallProbe() as pan:
-        for step in range(1, 15):  # 120 screen px a step: new tiles on every step
-            camera.center = (200.0 + 40.0 * step, 100.0 + 60.0 * step)
-            qtbot.wait(40)
-        qtbot.wait(300)
+        _pan(qtbot, camera, 2)
     assert layer.data_level == 0
-    assert_within_stall_bounds(pan, idle)
+    try:
+        widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
+        widget.slide_choice.value = layer
+        # the dock adds the slide's overlay layers (empty) when it binds the slide
+        qtbot.waitUntil(lambda: len(viewer.layers) == 4, timeout=60_000)
+        boxes = viewer.layers[3]
+        qtbot.wait(1000)
+        with StallProbe() as first:
+            widget.run()
+            passes = 0
+            while widget.runner.running and passes < 400:
+                _pan(qtbot, camera, 1)
+                passes += 1
+            wait_for_runner(qtbot, widget.runner, 180_000)
+            qtbot.wait(200)
+        assert widget.runner.last_error is None, widget.runner.last_error
+        heat = viewer.layers["heatmap: tumor"]
+        assert list(viewer.layers) == [layer, copy, heat, boxes]  # the results added no layer
+        assert boxes.features["rank"][0] == 1  # the first result's top patches
 
-    widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
-    widget.slide_choice.value = layer
-    # the dock adds the slide's overlay layers (empty) when it binds the slide
-    qtbot.waitUntil(lambda: len(viewer.layers) == 3, timeout=60_000)
-    boxes = viewer.layers[2]
-    qtbot.waitUntil(lambda: boxes.features["rank"][0] == GLYPH_RANKS[-1], timeout=10_000)
-    qtbot.waitUntil(lambda: "medvl-demo" in widget.cache.encoders, timeout=60_000)
-    camera.zoom = 0.5
-    camera.center = (512.0, 512.0)
-    qtbot.wait(500)
-
-    idle = idle_gaps(qtbot)
-    with StallProbe() as first:
-        widget.run()
-        wait_for_runner(qtbot, widget.runner, 180_000)
-        qtbot.wait(200)
-    assert widget.runner.last_error is None, widget.runner.last_error
-    heat = viewer.layers["heatmap: tumor"]
-    assert list(viewer.layers) == [layer, heat, boxes]  # the results added no layer
-    assert_within_stall_bounds(first, idle)
-
-    widget.prompts.value = "stroma"
-    updated = []
-    heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
-    idle = idle_gaps(qtbot)
-    with StallProbe() as result:
-        widget.run()
-        qtbot.waitUntil(lambda: bool(updated) and not widget.runner.running, timeout=60_000)
-        qtbot.wait(200)
-    assert viewer.layers["heatmap: stroma"] is heat
-    assert_within_stall_bounds(result, idle)
+        widget.prompts.value = "stroma"
+        updated = []
+        heat.events.data.connect(lambda event: updated.append(time.perf_counter()))
+        with StallProbe() as result:
+            widget.run()
+            qtbot.waitUntil(lambda: bool(updated) and not widget.runner.running, timeout=60_000)
+            qtbot.wait(200)
+        assert viewer.layers["heatmap: stroma"] is heat
+        # the floor again, as many passes as the first heatmap took (the machine drifts, and
+        # a longer phase meets more of its noise)
+        floor += _floor(qtbot, viewer, camera, layer, copy, max(2, passes - 2))
+    finally:
+        shutdown_model_process()
+    assert_within_floor(pan.gaps_ms, floor, "pan, progressive levels")
+    assert_within_floor(first.gaps_ms, floor, f"first heatmap, {passes} pan passes")
+    assert_within_floor(result.gaps_ms, floor, "re-prompt display", p99_ratio=None)

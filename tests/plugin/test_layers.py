@@ -144,7 +144,7 @@ def _hot_cell_world(layer_data):
     from napari.layers import Layer
 
     layer = Layer.create(*layer_data)
-    hits = np.argwhere(layer.data == layer.data.max())
+    hits = np.argwhere(layer.data == np.nanmax(layer.data))  # cells under the floor are NaN
     return np.asarray(layer.data_to_world((hits.min(axis=0) + hits.max(axis=0)) / 2.0))
 
 
@@ -220,7 +220,8 @@ def test_importance_cells_sit_where_the_engine_bounds_map_them(tmp_path_factory,
     side = breast.image.shape[0]
     assert bounds[0] == 0.0 and bounds[-1] == side
     assert not np.allclose(bounds, np.linspace(0, side, grid + 1))  # not S / G per cell
-    result.importance = np.arange(grid * grid, dtype=np.float32).reshape(grid, grid)
+    # every cell above the floor (1 % of the largest), so none is hidden
+    result.importance = np.arange(1, grid * grid + 1, dtype=np.float32).reshape(grid, grid)
     frames = {"CC": WorldFrame(offset_x=10.0), "MLO": WorldFrame(offset_x=500.0)}
     layers = {
         kwargs["name"]: (data, kwargs, kind)

@@ -43,6 +43,7 @@ def test_every_dock_widget_of_the_manifest_opens(make_napari_viewer):
     from napari_medvl._classify_widget import ClassifyWidget
     from napari_medvl._export_widget import ExportWidget
     from napari_medvl._heatmap_widget import HeatmapWidget
+    from napari_medvl._segment_widget import SegmentWidget
     from napari_medvl._topk_widget import TopKWidget
 
     viewer = make_napari_viewer()
@@ -51,6 +52,7 @@ def test_every_dock_widget_of_the_manifest_opens(make_napari_viewer):
         "Mammogram TopK": TopKWidget,
         "Export overlays": ExportWidget,
         "Slide classification": ClassifyWidget,
+        "Segment by prompts": SegmentWidget,
     }
     for name, widget_type in expected.items():
         _, widget = viewer.window.add_plugin_dock_widget("napari-medvl", name)

@@ -88,6 +88,11 @@ def test_topk_widget_draws_engine_boxes_on_their_source_views(
         np.testing.assert_allclose(np.unique(importance.data), np.unique(half), rtol=1e-6)
     assert shown == 5
     assert "cancer:" in widget.readouts.value
+    assert (result.k, result.evaluated_k) == (5, 3)  # the tiny model's K is 3
+    run = viewer.layers["TopK L boxes CC"].metadata["topk_run"]  # the engine's whole answer
+    assert run.result is result and run.cc.path == mammo_case.cc_path and not run.k_is_evaluated
+    assert "Top 5 patches shown" in widget.controls.status.value
+    assert "it was evaluated at K = 3." in widget.controls.status.value
 
     exporter = ExportWidget(viewer)
     exporter.layer_choice.value = viewer.layers["TopK L boxes CC"]
@@ -134,8 +139,8 @@ def test_k_box_maximum_follows_the_model_and_the_engine_refuses_more(
     widget.model.value = "no-such-topk-model"  # candidates unknown: K is capped loosely
     assert widget.k.max == 256
     widget.k.value = 200
-    widget.model.value = str(tiny_topk)  # an 8 x 8 grid: 64 candidates
-    assert widget.k.max == 64 and widget.k.value == 64
+    widget.model.value = str(tiny_topk)  # an 8 x 8 grid: 64 candidates, evaluated at K = 3
+    assert widget.k.max == 64 and widget.k.value == 3
     with pytest.raises(ValueError, match="outside of the allowed range"):
         widget.k.value = 65
 
@@ -149,6 +154,66 @@ def test_k_box_maximum_follows_the_model_and_the_engine_refuses_more(
     with pytest.raises(ConfigError, match="exceeds the 64 candidate patches"):
         for _ in topk_job(request, {}):
             pass
+
+
+def test_k_starts_at_the_evaluated_k_and_the_dock_says_when_it_departs(
+    make_napari_viewer, tiny_topk
+):
+    from qtpy.QtWidgets import QLabel
+
+    viewer = make_napari_viewer()
+    widget = TopKWidget(viewer)  # the demo model: evaluated at K = 4
+    assert widget.k.value == 4 and widget.k_note.value == "evaluated at K = 4"
+    widget.k.value = 6
+    assert widget.k_note.value == "evaluated at K = 4; K = 6 departs from it"
+    widget.model.value = str(tiny_topk)  # another model: K follows its evaluated K
+    assert widget.k.value == 3 and widget.k_note.value == "evaluated at K = 3"
+    widget.model.value = "no-such-topk-model"  # unknown: K stays, nothing is claimed
+    assert widget.k.value == 3 and widget.k_note.value == ""
+    labels = [label.text() for label in widget.native.findChildren(QLabel)]
+    assert labels.count("model") == 1  # the model row is labelled once
+
+
+def _tail_heavy_importance_layer():
+    """The CC importance layer of a 4 x 4 map: two cells (0.9, 0.5), the rest 1e-13."""
+    from napari_medvl._layer_frame import WorldFrame
+    from napari_medvl._mammo_layers import readable_topk_layers
+
+    class Breast:  # CC on the top half of a 64 px breast image, source px = breast px
+        image = np.zeros((64, 64), np.float32)
+
+        def to_source(self, view, points_xy):
+            return np.asarray(points_xy, dtype=np.float64) - [0.0, 32.0 * (view == "MLO")]
+
+    importance = np.full((4, 4), 1e-13, np.float32)  # the softmax's tail
+    importance[0, 0], importance[1, 2] = 0.9, 0.5
+    result = type("Result", (), {"importance": importance, "cell_bounds": None})()
+    result.boxes = result.scores = result.ranks = {"CC": np.zeros((0, 4))}
+    return readable_topk_layers(result, Breast(), {"CC": WorldFrame()})[0]
+
+
+def test_importance_cells_under_the_floor_are_hidden_and_the_legend_says_so():
+    from napari_medvl._colorbar import colorbar_caption
+    from napari_medvl._topk_layers import IMPORTANCE_FLOOR
+
+    data, kwargs, _ = _tail_heavy_importance_layer()
+    assert np.isnan(data).mean() == pytest.approx(6 / 8)  # 6 of the CC half's 8 cells
+    assert np.nanmin(data) == pytest.approx(0.5)
+    assert kwargs["contrast_limits"][0] == pytest.approx(IMPORTANCE_FLOOR * 0.9)
+    _, details = colorbar_caption(kwargs["metadata"])
+    assert "scores 1e-13 .. 0.9; hidden below 0.009" in details
+
+
+@pytest.mark.slow
+def test_importance_cells_under_the_floor_are_transparent_on_screen(make_napari_viewer):
+    from napari.layers import Layer
+
+    viewer = make_napari_viewer(show=True)
+    viewer.add_layer(Layer.create(*_tail_heavy_importance_layer()))
+    viewer.reset_view()
+    pixels = viewer.screenshot(canvas_only=True, flash=False)[..., :3].reshape(-1, 3)
+    colours = {tuple(int(v) for v in colour) for colour in np.unique(pixels, axis=0)}
+    assert (0, 0, 0) in colours and len(colours) == 3  # the canvas, and the two cells shown
 
 
 def test_a_pair_of_two_patients_is_refused_before_any_model_loads(

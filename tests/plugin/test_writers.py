@@ -101,10 +101,13 @@ def test_classification_uses_the_opened_features_and_writers_save_its_map(
     wait_for_runner(qtbot, widget.runner)
     assert widget.runner.last_error is None, widget.runner.last_error
     assert not (tmp_path / "extracted").exists()  # nothing extracted
-    reference = classify_slide(
+    from medvl_engine.prompts import CONCH_TEMPLATES, expand_classes
+
+    names = ["tumor", "stroma", "adipose tissue"]
+    reference = classify_slide(  # the dock reads each class as CONCH's prompt ensemble
         features_layer.metadata["feature_store"],
         encoder,
-        ["tumor", "stroma", "adipose tissue"],
+        expand_classes({name: (name,) for name in names}, CONCH_TEMPLATES),
         0.5,
     )
     assert widget.ranking.value.splitlines()[0].split()[1] == reference[0][0].split()[0]

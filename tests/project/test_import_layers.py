@@ -34,7 +34,7 @@ ENGINE_LAYERS: dict[int, tuple[str, ...]] = {
     6: ("models",),
     7: ("evaluation", "features"),
     8: ("heatmap", "prompts"),
-    9: ("slide_classification", "export", "model_folders"),
+    9: ("slide_classification", "export", "model_folders", "segmentation"),
     10: ("pathology", "mammography"),  # one engine call per user action
     11: ("training",),
     12: ("tasks",),  # each paper's task, evaluation, recipe and pretraining

@@ -10,17 +10,24 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DICOM_SUFFIXES",
     "add_feature_arguments",
     "add_output_arguments",
     "add_rendering_arguments",
+    "check_dicom_heatmap_outputs",
+    "dicom_heatmap_outputs",
     "feature_options",
     "open_checked_slide",
     "print_model_notice",
     "print_reader_notes",
     "progress_printer",
     "report_features",
+    "top_annotations_path",
     "write_outputs",
 ]
+
+DICOM_SUFFIXES = (".dcm",)
+"""Heatmap outputs written as DICOM (a Parametric Map; DICOM whole-slide images only)."""
 
 
 def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +179,7 @@ def add_rendering_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: Any) -> None:
+def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: Any) -> list[Path]:
     """Write ``heatmap`` to every ``--out`` file (plus ``--top`` boxes) and print each path.
 
     ``layout`` is the feature store or saved patch layout the heatmap's patches come from
@@ -185,8 +192,13 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
     boxes = box_scores = None
     if args.top > 0:
         boxes, box_scores = top_patches(layout, heatmap.scores, args.top)
+    written: list[Path] = []
     with atomic_group():  # the outputs are renamed into place together, once all are written
         for out in args.out:
+            if out.suffix.lower() in DICOM_SUFFIXES:
+                written.extend(_write_dicom_heatmap(out, heatmap, slide, boxes, box_scores))
+                continue
+            written.append(out)
             export_heatmap(
                 out,
                 heatmap,
@@ -203,9 +215,71 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
                 tiff_values=args.tiff_values,
                 tiff_downsample=args.tiff_downsample,
             )
-    for out in args.out:
+    for out in written:
         print(out)
     print_model_notice(args, (getattr(heatmap, "metadata", None) or {}).get("encoder"))
+    return written
+
+
+def dicom_heatmap_outputs(args: argparse.Namespace) -> list[Path]:
+    """The files the ``.dcm`` outputs of ``args.out`` write beside themselves: the
+    ``<stem>_top.dcm`` bulk annotations when ``--top`` gives boxes."""
+    if args.top <= 0:
+        return []
+    return [top_annotations_path(out) for out in args.out if out.suffix.lower() in DICOM_SUFFIXES]
+
+
+def top_annotations_path(out: Path) -> Path:
+    """``<stem>_top.dcm`` beside the Parametric Map ``out``: the top patches' annotations."""
+    return out.with_name(f"{out.stem}_top{out.suffix}")
+
+
+def check_dicom_heatmap_outputs(args: argparse.Namespace) -> None:
+    """Before any work: refuse ``.dcm`` outputs for a slide that is not a DICOM WSI, or when
+    highdicom is missing (one sentence each)."""
+    outputs = [out for out in args.out if out.suffix.lower() in DICOM_SUFFIXES]
+    if not outputs:
+        return
+    from medvl_engine.export.dicom import require_highdicom
+    from medvl_engine.export.dicom.wsi_source import require_dicom_slide
+
+    for out in outputs:
+        require_dicom_slide(args.slide, out)
+    require_highdicom()
+
+
+def _write_dicom_heatmap(
+    out: Path, heatmap: Any, slide: Any, boxes: Any, box_scores: Any
+) -> list[Path]:
+    """The heatmap as a Parametric Map at ``out`` and, with boxes, the top patches as
+    Microscopy Bulk Simple Annotations beside it."""
+    from medvl_engine.export.dicom import (
+        write_heatmap_parametric_map,
+        write_top_patches_annotations,
+    )
+
+    if slide is None:
+        from medvl_engine.errors import ExportError
+
+        raise ExportError(
+            f"Cannot write {out.name}: a DICOM output needs the DICOM slide the map was "
+            "computed on; pass it with --slide.",
+            out,
+        )
+    written = [write_heatmap_parametric_map(out, heatmap, slide)]
+    if boxes is not None and len(boxes):
+        written.append(
+            write_top_patches_annotations(
+                top_annotations_path(out),
+                boxes,
+                box_scores,
+                slide,
+                prompt=getattr(heatmap, "prompt", ""),
+                mode=getattr(heatmap, "mode", "cosine"),
+                model=(getattr(heatmap, "metadata", None) or {}).get("encoder"),
+            )
+        )
+    return written
 
 
 def print_model_notice(args: argparse.Namespace, model: Any = None) -> None:

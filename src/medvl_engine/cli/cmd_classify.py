@@ -31,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attention temperature (default: the model folder's tau_attn, else 0.05)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--templates",
+        default="conch",
+        metavar="conch|none|FILE",
+        help="prompt templates each class name is put in, averaged into one text embedding: "
+        "CONCH's H&E list (conch, the default), none (the names as typed), or a file (one "
+        "template with {} per line, or a YAML list)",
+    )
     parser.add_argument("--device", default="cpu")
 
 
@@ -51,13 +59,23 @@ def run(args: argparse.Namespace) -> int:
         args.classes = list(preset_prompts(args.preset))
     if len(args.classes) < 2:
         raise ConfigError("--classes needs at least two class prompts to choose between.")
+    from medvl_engine.prompts import resolve_templates
+
+    templates = resolve_templates(args.templates)
     tau = args.tau_attn if args.tau_attn is not None else _model_tau(args.model)
     if tau <= 0:
         raise ConfigError(f"--tau-attn must be positive, got {tau}.")
     with open_checked_slide(args) as slide:
         from medvl_engine.pathology import classify
 
-        result = classify(slide, args.classes, args.model, tau_attn=tau, **feature_options(args))
+        result = classify(
+            slide,
+            args.classes,
+            args.model,
+            tau_attn=tau,
+            templates=templates if templates is not None else "none",
+            **feature_options(args),
+        )
         report_features(args, result.store, result.model, result.extracted)
     ranked = result.ranked
     if args.json:

@@ -6,9 +6,12 @@ import argparse
 from pathlib import Path
 
 from medvl_engine.cli._pathology import (
+    DICOM_SUFFIXES,
     add_feature_arguments,
     add_output_arguments,
     add_rendering_arguments,
+    check_dicom_heatmap_outputs,
+    dicom_heatmap_outputs,
     feature_options,
     open_checked_slide,
     report_features,
@@ -16,7 +19,10 @@ from medvl_engine.cli._pathology import (
 )
 from medvl_engine.prompts import MODES, NORMALIZATIONS, check_prompts
 
-HELP = "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV)"
+HELP = (
+    "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV; "
+    "DICOM for a DICOM slide)"
+)
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -48,24 +54,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.01, help="softmax temperature")
     parser.add_argument("--smooth", type=float, default=0.0, help="Gaussian sigma in cells")
     add_rendering_arguments(parser)
+    parser.add_argument(
+        "--templates",
+        default="none",
+        metavar="conch|none|FILE",
+        help="prompt templates each prompt is put in: none (the prompt as typed), CONCH's H&E "
+        "list (conch), or a file (one template with {} per line, or a YAML list)",
+    )
     parser.add_argument("--device", default="cpu")
+    from medvl_engine.cli._dicomweb import add_send_options
+
+    add_send_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from medvl_engine.cli._dicomweb import checked_send_target, send_written, timeout_of
     from medvl_engine.errors import ConfigError
     from medvl_engine.export.formats import EXPORT_SUFFIXES
     from medvl_engine.export.input_guard import check_outputs_spare_inputs
+    from medvl_engine.prompts import resolve_templates
 
+    suffixes = (*EXPORT_SUFFIXES, *DICOM_SUFFIXES)
     for out in args.out:
-        if out.suffix.lower() not in EXPORT_SUFFIXES:
+        if out.suffix.lower() not in suffixes:
             raise ConfigError(
                 f"Output {out.name} has an unknown type '{out.suffix}'; use one of "
-                f"{', '.join(EXPORT_SUFFIXES)}."
+                f"{', '.join(suffixes)}."
             )
-    check_outputs_spare_inputs(args.out, [args.slide, args.features, args.coords])
+    target = checked_send_target(args)  # a bad URL stops the command before any work
+    check_outputs_spare_inputs(
+        [*args.out, *dicom_heatmap_outputs(args)], [args.slide, args.features, args.coords]
+    )
     check_prompts(args.prompt, args.mode)
+    templates = resolve_templates(args.templates)
     if args.normalize == "fixed" and args.range is None:
         raise ConfigError("--normalize fixed needs --range LOW HIGH.")
+    check_dicom_heatmap_outputs(args)
     with open_checked_slide(args) as slide:
         from medvl_engine.pathology import final, prompt_heatmap
 
@@ -80,9 +104,11 @@ def run(args: argparse.Namespace) -> int:
                 value_range=tuple(args.range) if args.range else None,
                 smooth_sigma=args.smooth,
                 partials=False,
+                templates=templates if templates is not None else "none",
                 **feature_options(args),
             )
         )
         report_features(args, result.store, result.model, result.extracted)
-        write_outputs(args, result.heatmap, result.store, slide)
+        written = write_outputs(args, result.heatmap, result.store, slide)
+    send_written(written, target, timeout_of(args))
     return 0

@@ -1,5 +1,11 @@
 """`medvl info PATH...`: what the engine knows of each slide or mammogram.
 
+A PATH may also be a DICOMweb reference, ``dicomweb://HOST:PORT/ROOT[/studies/UID[/series/UID
+[/instances/UID]]]``: a server lists its studies, a study its series and CC/MLO pairs, and a
+series or instance is retrieved into the cache and described like a local file. A DICOM result
+object (SR, presentation state, parametric map, segmentation, bulk annotations) is described
+by what it holds and which image it refers to.
+
 By default only technical properties are shown (see :mod:`medvl_engine.common.privacy`): no scan
 dates or times, scanner, image or study identifiers, DICOM instance UIDs, patient or
 institution fields. ``--identifying`` shows every property and the patient fields.
@@ -16,11 +22,23 @@ from medvl_engine.common.console import printable
 
 HELP = "describe slides and mammograms (levels, mpp, laterality, view, VOI, ...)"
 
-__all__ = ["HELP", "add_arguments", "describe_mammogram", "describe_slide", "run"]
+__all__ = [
+    "HELP",
+    "add_arguments",
+    "describe_mammogram",
+    "describe_result_object",
+    "describe_slide",
+    "run",
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="slide or mammogram files")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="slide or mammogram files, or dicomweb://HOST:PORT/PATH[/studies/UID[/series/UID]]",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON list instead of text")
     parser.add_argument(
         "--kind",
@@ -37,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also print fields that may identify a patient, scan or scanner (names, IDs, "
         "birth date, accession number, scan date and time, scanner and image IDs, UIDs)",
     )
+    from medvl_engine.cli._dicomweb import add_timeout_option
+
+    add_timeout_option(parser)
 
 
 def _properties(
@@ -111,6 +132,14 @@ def describe_mammogram(path: Path, identifying: bool = False) -> dict[str, Any]:
     return _properties(info, mammogram.properties, mammogram.private_properties, identifying)
 
 
+def describe_result_object(path: Path) -> dict[str, Any]:
+    """A DICOM result object (SR, presentation state, parametric map, segmentation, bulk
+    annotations): its kind, source image and layers, as lines (no patient data)."""
+    from medvl_engine.io.dicom_results import describe_dicom_result
+
+    return {"path": str(path), "kind": "DICOM result", "result": describe_dicom_result(path)}
+
+
 def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return {
         str(k): v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
@@ -119,11 +148,17 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _format_text(info: dict[str, Any]) -> str:
+    from medvl_engine.cli._info_dicomweb import format_reference
+
+    listing = format_reference(info)
+    if listing is not None:
+        return printable(listing)
     lines = [f"{info['path']}"]
     for key, value in info.items():
-        if key in ("path", "properties", "patient_data", "levels", "withheld_fields"):
+        if key in ("path", "properties", "patient_data", "levels", "withheld_fields", "result"):
             continue
         lines.append(f"  {key}: {value}")
+    lines += [f"  {line}" for line in info.get("result", [])]
     for index, level in enumerate(info.get("levels", [])):
         width, height = level["dimensions"]
         lines.append(
@@ -144,6 +179,32 @@ def _format_text(info: dict[str, Any]) -> str:
     return printable("\n".join(lines))
 
 
+def _describe(raw: str, args: argparse.Namespace, detect_kind: Any) -> list[dict[str, Any]]:
+    """The descriptions of one PATH argument: a file, or what a DICOMweb reference points at."""
+    from medvl_engine.io.dicomweb import is_dicomweb_reference
+
+    if is_dicomweb_reference(raw):
+        from medvl_engine.cli._dicomweb import timeout_of
+        from medvl_engine.cli._info_dicomweb import describe_reference
+
+        def describe_file(path: Path, kind: str) -> dict[str, Any]:
+            if kind == "result":
+                return describe_result_object(path)
+            describe = describe_slide if kind == "slide" else describe_mammogram
+            return describe(path, args.identifying)
+
+        return describe_reference(raw, args.identifying, timeout_of(args), describe_file)
+    path = Path(raw)
+    if args.kind == "auto" and path.suffix.lower() in ("", ".dcm", ".dicom"):
+        from medvl_engine.io.dicom_results import is_dicom_result
+
+        if path.is_file() and is_dicom_result(path):
+            return [describe_result_object(path)]
+    kind = args.kind if args.kind != "auto" else detect_kind(path)
+    describe = describe_slide if kind == "slide" else describe_mammogram
+    return [describe(path, args.identifying)]
+
+
 def run(args: argparse.Namespace) -> int:
     from medvl_engine.common.console import report_error
     from medvl_engine.errors import MedVLError
@@ -152,20 +213,18 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     described = []
     for raw in args.paths:
-        path = Path(raw)
         try:
-            kind = args.kind if args.kind != "auto" else detect_kind(path)
-            describe = describe_slide if kind == "slide" else describe_mammogram
-            info = describe(path, args.identifying)
+            infos = _describe(raw, args, detect_kind)
         except MedVLError as error:
             if getattr(args, "debug", False):
                 raise
             report_error("medvl", error, verbose=getattr(args, "verbose", False))
             status = 2
             continue
-        described.append(info)
+        described.extend(infos)
         if not args.json:
-            print(_format_text(info))
+            for info in infos:
+                print(_format_text(info))
     if args.json:
         print(json.dumps(described, indent=2))
     return status

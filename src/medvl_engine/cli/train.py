@@ -173,6 +173,10 @@ def _run_task_action(args: argparse.Namespace) -> int:
             f"{sorted(actions)} (or give settings as key=value)."
         )
     run_config, task_config = load_config(args.config, overrides, module.CONFIG_CLASS)
+    if run_config.threads is not None:
+        import torch
+
+        torch.set_num_threads(run_config.threads)
     return int(actions[action_name](run_config, task_config))
 
 

@@ -127,6 +127,9 @@ class RunConfig:
     dist_timeout_minutes: float = ranged(
         120.0, low=0, low_open=True, high=100_000, hint="e.g. run.dist_timeout_minutes=120"
     )
+    # CPU threads torch uses for math in each process (torch.set_num_threads); none: torch's
+    # default (one per core). One thread is faster where the cores are shared with other work.
+    threads: int | None = ranged(None, low=1, high=4096, hint="e.g. run.threads=1, or none")
     # DataLoader worker processes per rank (tasks with batch_at); 0 = load in this process
     num_workers: int = ranged(0, low=0, high=256, hint="e.g. run.num_workers=2")
     prefetch_factor: int = ranged(2, low=1, high=1024, hint="e.g. run.prefetch_factor=2")

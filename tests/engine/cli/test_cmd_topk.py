@@ -93,7 +93,9 @@ def test_top_box_lands_on_planted_lesion(tmp_path, model_dir, lesion, capsys):
     assert float(rows[0]["x0"]) == pytest.approx(box[0], abs=0.01)
     np.testing.assert_allclose(np.load(tmp_path / "topk_importance.npy"), importance, atol=1e-6)
     with Image.open(png) as image:
-        assert image.size[0] == 256 and 256 < image.size[1] <= 300  # the footer names the model
+        # the 256 px image the model scored, enlarged 3 times; the footer names the model and K
+        assert image.size[0] == 768 and 768 < image.size[1] <= 840
+        assert json.loads(image.text["medvl:k"]) == 3
         assert image.text["medvl:model"] == model_dir.name
         assert np.asarray(image)[..., 0].max() > 200  # red heat over the lesion
     assert "wrote" in capsys.readouterr().out
@@ -158,6 +160,15 @@ def test_bad_inputs_exit_2_with_one_sentence(tmp_path, model_dir, capsys):
     )
     assert "exceeds" in capsys.readouterr().err
     assert not (tmp_path / "b.csv").exists() and not (tmp_path / "c.csv").exists()
+    sentences = {  # each refused before any model loads, in one sentence
+        (str(cc), str(mlo)): "nothing to write: give --out FILE (repeatable) or --dicom-dir DIR.",
+        (str(cc), "--out", "d.csv"): "give the MLO view after the CC view, or one study as",
+        (str(cc), str(mlo), "--breast", "L", "--out", "e.csv"): "--breast chooses the breast",
+    }
+    for argv, sentence in sentences.items():
+        assert main(["topk", *argv, "--model", str(tmp_path / "none")]) == 2
+        err = capsys.readouterr().err
+        assert sentence in err and err.count("\n") == 1, err
 
 
 def test_every_box_stays_inside_its_view_and_files_name_views_without_folders(

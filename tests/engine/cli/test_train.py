@@ -118,3 +118,17 @@ def test_mean_std_over_seeds_skips_missing_and_non_finite_values():
     summary = mean_std_over_seeds([{"a": 1.0, "b": 2.0}, {"a": 3.0, "b": float("nan")}, {"a": 5.0}])
     assert summary["a"] == pytest.approx((3.0, (8 / 3) ** 0.5, 3))
     assert summary["b"] == (2.0, 0.0, 1)
+
+
+def test_run_threads_sets_torchs_cpu_threads_and_zero_is_refused(toy_recipe, capsys):
+    config, _ = toy_recipe
+    before = torch.get_num_threads()
+    try:
+        assert main(["toy", "--config", str(config), "run.threads=1", "run.epochs=0"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    capsys.readouterr()
+    assert main(["toy", "--config", str(config), "run.threads=0"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "run.threads" in error and len(error.splitlines()) == 1

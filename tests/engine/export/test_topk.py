@@ -1,6 +1,10 @@
-"""The TopK PNG paints the importance map on the engine's own cell edges."""
+"""The TopK PNG paints the importance map on the engine's own cell edges; every TopK file
+carries the readouts, the K used beside the evaluated K, the model and its demo notice."""
 
 from __future__ import annotations
+
+import csv
+import json
 
 import numpy as np
 from PIL import Image
@@ -42,3 +46,44 @@ def test_png_and_geojson_follow_uneven_cell_edges(tmp_path):
     assert not tinted[40:, :].any() and not tinted[:, 40:].any()
     document = json.loads(geojson.read_text())
     assert document["medvl"]["importance_cell_bounds"] == bounds.tolist()
+
+
+def test_every_topk_file_carries_the_readouts_k_model_and_notice(tmp_path):
+    from medvl_engine.demo_models import DEMO_NOTICE
+
+    result = _result(np.linspace(0.0, 128.0, 5))
+    result.boxes["CC"] = np.array([[8.0, 8.0, 40.0, 40.0]])
+    result.ranks["CC"], result.scores["CC"] = np.array([1]), np.array([0.4])
+    result.breast_boxes = np.array([[8.0, 8.0, 40.0, 40.0]])
+    result.zero_shot = {
+        "cancer": {"negative": 0.25, "positive": 0.75},
+        "architectural distortion": {"negative": 0.875, "positive": 0.125},
+        "birads": {"1": 0.1, "2": 0.2, "3": 0.3, "4": 0.15, "5": 0.25},
+    }
+    result.k, result.evaluated_k, result.image_size = 1, 4, 128
+    breast = np.full((128, 128), 0.5, dtype=np.float32)
+    targets = [tmp_path / "t.csv", tmp_path / "t.geojson", tmp_path / "t.png"]
+    table, _, document, png = write_topk_outputs(
+        result, breast, {"CC": tmp_path / "a_L_CC.dcm"}, targets, model="topksiglip-demo"
+    )
+    with open(table, newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert float(row["p_cancer_positive"]) == 0.75
+    assert float(row["p_architectural_distortion_positive"]) == 0.125
+    assert [float(row[f"p_birads_{c}"]) for c in "12345"] == [0.1, 0.2, 0.3, 0.15, 0.25]
+    assert (row["k"], row["evaluated_k"], row["image_size"]) == ("1", "4", "128")
+    assert (row["model"], row["notice"], row["image"]) == (
+        "topksiglip-demo",
+        DEMO_NOTICE,
+        "a_L_CC.dcm",
+    )
+    medvl = json.loads(document.read_text())["medvl"]
+    assert medvl["zero_shot"] == result.zero_shot and medvl["k_is_evaluated"] is False
+    assert medvl["k_note"] == (
+        "K = 1 (the model was evaluated at K = 4; its reported metrics hold at that K)"
+    )
+    with Image.open(png) as image:
+        assert json.loads(image.text["medvl:zero_shot"]) == result.zero_shot
+        assert image.text["medvl:notice"] == DEMO_NOTICE
+        assert json.loads(image.text["medvl:k"]) == 1
+        assert json.loads(image.text["medvl:evaluated_k"]) == 4

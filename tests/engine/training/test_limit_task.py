@@ -269,9 +269,28 @@ def test_training_never_reads_the_test_split_and_eval_reads_it_once(cohort, tmp_
         "untuned/report_guided",
         "tuned/mean",
         "untuned/mean",
+        "nearest_centroid/mean",
+        "nearest_centroid/random",
+        "linear_probe/mean",
+        "linear_probe/random",
     }
     for row in rows.values():
         assert row["low"] <= row["balanced_accuracy"] <= row["high"]
+    # a manifest of real-style stores prints the same table: baselines beside the model, the
+    # interval named by its unit (3 test diagnoses, not 3 slides), the paired margin
+    assert first["unit"] == "diagnosis" and first["units"] == 3
+    assert first["baselines_fitted"]["fitted_on"] == "10 training slides"
+    best = first["best_baseline"]
+    margin = first["margin_over_best"]
+    assert margin["difference"] == pytest.approx(
+        rows["tuned/report_guided"]["balanced_accuracy"] - rows[best]["balanced_accuracy"]
+    )
+    assert margin["n_units"] == 3 and margin["low"] <= margin["difference"] <= margin["high"]
+    for label in ("nearest centroid", "linear probe C=", "no text  mean", "no text  random"):
+        assert label in printed
+    assert "bootstrap over 3 diagnoses" in printed and "margin over the best baseline" in printed
+    assert "has been read 1 time" in printed
+    assert json.loads((out / "test_reads.json").read_text())["test_split_reads"] == 1
     tuned = [
         run["slide_level"]["tuned/report_guided"]["balanced_accuracy"] for run in saved["runs"]
     ]
@@ -289,3 +308,15 @@ def test_eval_without_a_trained_model_says_what_to_run(cohort, tmp_path, capsys)
     )
     assert train_main(["limit", "eval", "--config", str(config)]) == 2
     assert "train first" in capsys.readouterr().err
+
+
+def test_fresh_cohorts_of_a_manifest_are_refused_in_one_sentence(cohort, tmp_path, capsys):
+    root, manifest = cohort
+    config = tmp_path / "limit.yaml"
+    config.write_text(
+        f"run:\n  out_dir: {tmp_path / 'none'}\n"
+        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n  fresh_cohorts: 2\n"
+    )
+    assert train_main(["limit", "eval", "--config", str(config)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "task.fresh_cohorts" in error and "task.data=synthetic" in error

@@ -186,7 +186,10 @@ def test_rebuild_writes_a_complete_demo_folder_with_its_test_metrics(tmp_path, m
     messages: list[str] = []
     target = tmp_path / "shipped" / "topksiglip-demo"
     folder = _topksiglip_demo.rebuild_shipped(
-        messages.append, target=target, work_dir=tmp_path / "work"
+        messages.append,
+        target=target,
+        work_dir=tmp_path / "work",
+        fresh_cohorts=0,
     )
     assert folder == target
     assert {p.name for p in folder.iterdir()} == {
@@ -208,7 +211,12 @@ def test_rebuild_writes_a_complete_demo_folder_with_its_test_metrics(tmp_path, m
     assert (model.config.image_size, model.config.grid) == (128, 4)
     assert any("wrote" in m for m in messages)
     messages.clear()  # a second rebuild finds the finished run of the same recipe
-    _topksiglip_demo.rebuild_shipped(messages.append, target=target, work_dir=tmp_path / "work")
+    _topksiglip_demo.rebuild_shipped(
+        messages.append,
+        target=target,
+        work_dir=tmp_path / "work",
+        fresh_cohorts=0,
+    )
     assert any("shipped as it is" in m for m in messages)
     assert not any("lesion pretraining" in m for m in messages)
     assert json.loads((folder / "config.json").read_text())["test_metrics"] == printed
@@ -259,7 +267,7 @@ def test_shipped_weights_reproduce_the_card_metrics_on_the_test_split(tmp_path):
 def test_rebuild_from_scratch_lands_within_the_stated_tolerance_of_the_card(tmp_path):
     config = json.loads((SHIPPED / "config.json").read_text(encoding="utf-8"))
     folder = _topksiglip_demo.rebuild_shipped(
-        print, target=tmp_path / "topksiglip-demo", work_dir=tmp_path / "work"
+        print, target=tmp_path / "topksiglip-demo", work_dir=tmp_path / "work", fresh_cohorts=0
     )
     rebuilt = json.loads((folder / "config.json").read_text(encoding="utf-8"))["test_metrics"]
     for key, tolerance in REBUILD_TOLERANCE.items():

@@ -181,7 +181,7 @@ def test_an_unknown_report_split_stops_with_one_sentence(tmp_path, capsys, write
     args = ["topksiglip", "eval", "--config", str(recipe), "task.report_split=train"]
     assert train_main(args) != 0
     err = capsys.readouterr().err
-    assert "task.report_split='train' is not one of ['test', 'validation']" in err
+    assert "task.report_split='train' is not one of ['test', 'validation', 'fresh']" in err
     assert "Traceback" not in err
 
 
@@ -212,9 +212,13 @@ def test_a_saved_model_is_evaluated_with_zero_epochs_and_by_the_eval_action(
     from medvl_engine.tasks.topksiglip.task import ACTIONS
 
     capsys.readouterr()
-    # without the probe, eval reads (here: writes) the test cohort and nothing else
+    # without the probe and the fitted baseline, eval reads (here: writes) the test cohort and
+    # nothing else
     fresh = dataclasses.replace(
-        from_saved, linear_probe=False, synthetic_dir=str(tmp_path / "fresh")
+        from_saved,
+        linear_probe=False,
+        shallow_baseline=False,
+        synthetic_dir=str(tmp_path / "fresh"),
     )
     assert ACTIONS["eval"](zero, fresh) == 0
     (cohort,) = (tmp_path / "fresh").iterdir()

@@ -11,6 +11,7 @@ import torch
 
 from medvl_engine.data.mammo_prompts import ZERO_SHOT_PROMPTS
 from medvl_engine.data.patch_geometry import PatchGeometry
+from medvl_engine.mammography import evaluated_k
 from medvl_engine.models.topksiglip import build_topksiglip
 from medvl_engine.models.topksiglip_folder import load_topksiglip
 from medvl_engine.tasks.topksiglip.cohorts import shuffle_sentences
@@ -149,6 +150,7 @@ def test_training_steps_on_synthetic_mammograms(tmp_path, objective, target, tin
         synthetic_dir=str(tmp_path.parent / "topk-synthetic"),
         batch_size=2,
         report_shuffle=True,
+        eval_k=1,
     )
     run = RunConfig(lr=1e-3, epochs=1, out_dir=str(tmp_path / "run"), progress=False)
     task = build_task(task_config, run)
@@ -161,6 +163,8 @@ def test_training_steps_on_synthetic_mammograms(tmp_path, objective, target, tin
     model = load_topksiglip(tmp_path / "run" / "final")
     assert int(model.train_forwards) == 2  # tau schedule state travels with the weights
     assert model.tau() == pytest.approx(1.0 + (2 / 3 - 1.0) * 2 / 4)
+    # the folder records the K it was evaluated with: the default K of medvl topk and the dock
+    assert evaluated_k(tmp_path / "run" / "final") == 1 != int(model.config.k)
 
 
 class _PromptModel:

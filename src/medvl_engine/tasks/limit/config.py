@@ -24,6 +24,7 @@ import dataclasses
 from typing import ClassVar, Literal
 
 from medvl_engine.common.config_ranges import Range, ranged
+from medvl_engine.evaluation.fresh_seeds import FRESH_SEED_START
 from medvl_engine.training.config import (
     MAX_SEED,
     Sections,
@@ -43,7 +44,8 @@ class LimitTaskConfig:
 
     # The YAML sections of ``task`` (see the module docstring); each field is in one.
     SECTIONS: ClassVar[Sections] = {
-        # the slide-report pairs: cohort, report filter, splits, bags and their patches
+        # the slide-report pairs: cohort, report filter, splits, bags and their patches, and the
+        # fresh synthetic cohorts `medvl-train limit eval` scores
         "data": (
             "data",
             "manifest",
@@ -56,6 +58,9 @@ class LimitTaskConfig:
             "negatives",
             "feature_cache",
             "max_patches",
+            "fresh_cohorts",
+            "fresh_cohort_size",
+            "fresh_cohort_seed",
         ),
         # the text tower, its projection to the frozen features, attention and fine-tuning
         "model": (
@@ -143,6 +148,11 @@ class LimitTaskConfig:
     eval_robustness: bool = True  # every template x cancer synonym pair (Fig. 3)
     eval_robustness_templates: list[str] | None = None  # None: data/limit_prompt_variants.py
     eval_robustness_synonyms: list[str] | None = None  # None: the paper's five cancer terms
+    # `medvl-train limit eval` also scores this many new synthetic cohorts (seeds from
+    # fresh_cohort_seed on, never used for training, validation, test or a choice) and pools them
+    fresh_cohorts: int = ranged(0, low=0, high=1000, hint="e.g. task.fresh_cohorts=5")
+    fresh_cohort_size: int = ranged(120, low=2, high=20_000, hint="slides per fresh cohort")
+    fresh_cohort_seed: int = ranged(FRESH_SEED_START, _SEED)
     feature_cache: int = ranged(256, low=1, high=1_000_000, hint="bags kept in memory, e.g. 256")
     # Patches per slide of a training bag: None keeps every patch; N draws N patches per slide
     # and step, uniformly without replacement (seeded by run.seed, epoch and bag), and reads

@@ -310,8 +310,12 @@ def model_card(config: dict[str, Any], metrics: dict[str, Any], commit: str) -> 
         f"{fit['ridge_lambda']}; captions: every class synonym in {fit['caption_templates']} "
         f"templates plus {fit['synthetic_reports']} synthetic reports."
     )
+    from medvl_engine.tasks.limit.demo_baselines import card_section
+
     pairs = zip(metrics["classes"], metrics["prompts"], strict=True)
     classes = ", ".join(f'{c} ("{p}")' for c, p in pairs)
+    checks = config.get("baseline_metrics")
+    extra = "\n" + card_section(checks, config.get("limit_demo_evaluation")) if checks else ""
     return f"""# medvl-demo: {DEMO_NOTICE}
 
 Offline pathology demo encoder: 64 handcrafted H&E descriptors (colour, stain densities,
@@ -341,26 +345,37 @@ classes and prompts {classes}.
 
 Printed by `python -m medvl_engine.tasks.limit.demo_recipe evaluate`; a default-tier test recomputes
 them from the shipped weights and compares them with `config.json` (key `test_metrics`).
-"""
+{extra}"""
 
 
 def build_demo_model(
-    out_dir: Path, seed: int = 0, progress: Callable[[str], None] | None = None
+    out_dir: Path,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    limit_evaluation: dict[str, Any] | None = None,
 ) -> Path:
     """Fit the demo model and save it as a model folder at ``out_dir`` with its MODEL_CARD.md.
 
-    The folder holds config.json (``"synthetic_demo": true``, the MiniLM reference and the
-    test-split metrics), model.safetensors (vision statistics, orthonormal matrix, text
-    projection) and MODEL_CARD.md. Written to a temporary sibling folder and renamed, so a
-    crash leaves the previous folder in place.
+    The folder holds config.json (``"synthetic_demo": true``, the MiniLM reference, the
+    test-split metrics, the no-text baselines and fresh cohorts, and ``limit_evaluation``:
+    the LIMIT tuning demo's figures when given), model.safetensors (vision statistics,
+    orthonormal matrix, text projection) and MODEL_CARD.md. Written to a temporary sibling
+    folder and renamed, so a crash leaves the previous folder in place.
     """
     from safetensors.torch import save_file
+
+    from medvl_engine.evaluation.fresh_seeds import fresh_seeds
+    from medvl_engine.tasks.limit.demo_baselines import FRESH_COHORTS, demo_baselines
 
     say = progress or (lambda message: None)
     state, encoder = fit_demo_model(seed, progress)
     say("scoring the held-out test patches")
     metrics = evaluate_demo_encoder(encoder)
-    config = {**demo_config(seed), "test_metrics": metrics}
+    say(f"scoring the no-text baselines and {FRESH_COHORTS} fresh cohorts")
+    checks = demo_baselines(encoder, fresh_seeds("limit", FRESH_COHORTS), TEST_PROMPTS)
+    config = {**demo_config(seed), "test_metrics": metrics, "baseline_metrics": checks}
+    if limit_evaluation:
+        config["limit_demo_evaluation"] = limit_evaluation
     card = model_card(config, metrics, _source_commit())
 
     def fill(staging: Path) -> None:
@@ -371,9 +386,15 @@ def build_demo_model(
     return atomic_directory(Path(out_dir), fill, what="demo model folder")
 
 
-def rebuild_shipped(progress: Callable[[str], None] | None = None) -> Path:
-    """Rebuild the shipped folder ``medvl_engine/demo_models/medvl-demo`` (seed 0)."""
-    return build_demo_model(demo_model_dir(), seed=0, progress=progress)
+def rebuild_shipped(
+    progress: Callable[[str], None] | None = None, limit_evaluation: dict[str, Any] | None = None
+) -> Path:
+    """Rebuild the shipped folder ``medvl_engine/demo_models/medvl-demo`` (seed 0), keeping
+    the LIMIT tuning demo's figures of the shipped card unless new ones are given."""
+    shipped = demo_model_dir() / "config.json"
+    if limit_evaluation is None and shipped.is_file():
+        limit_evaluation = json.loads(shipped.read_text()).get("limit_demo_evaluation")
+    return build_demo_model(demo_model_dir(), 0, progress, limit_evaluation)
 
 
 def _print_evaluation() -> int:
@@ -388,8 +409,69 @@ def _print_evaluation() -> int:
     return 0
 
 
+def _print_baselines() -> int:
+    """``... demo_recipe baselines``: the no-text baselines and fresh cohorts of the card."""
+    from medvl_engine.evaluation.fresh_seeds import fresh_seeds
+    from medvl_engine.tasks.limit.demo_baselines import (
+        FRESH_COHORTS,
+        baseline_lines,
+        demo_baselines,
+    )
+
+    _print_evaluation()
+    checks = demo_baselines(load_shipped_demo(), fresh_seeds("limit", FRESH_COHORTS), TEST_PROMPTS)
+    print("\n".join(baseline_lines(checks)))
+    return 0
+
+
+def refresh_shipped_card(limit_evaluation: dict[str, Any] | None) -> Path:
+    """Re-evaluate the SHIPPED weights (no refit): the no-text baselines, fresh cohorts and
+    ``limit_evaluation`` go into config.json and MODEL_CARD.md, whose "Source commit" (the
+    commit the weights were built from) is kept. Each file is replaced atomically."""
+    import re
+
+    from medvl_engine.common.atomic import atomic_write
+    from medvl_engine.evaluation.fresh_seeds import fresh_seeds
+    from medvl_engine.tasks.limit.demo_baselines import FRESH_COHORTS, demo_baselines
+
+    folder = demo_model_dir()
+    config = json.loads((folder / "config.json").read_text())
+    found = re.search(r"- Source commit: (.*)\n", (folder / "MODEL_CARD.md").read_text())
+    commit = found.group(1) if found else _source_commit()
+    checks = demo_baselines(load_shipped_demo(), fresh_seeds("limit", FRESH_COHORTS), TEST_PROMPTS)
+    config["baseline_metrics"] = checks
+    if limit_evaluation:
+        config["limit_demo_evaluation"] = limit_evaluation
+    card = model_card(config, config["test_metrics"], commit)
+    text = json.dumps(config, indent=2) + "\n"
+    atomic_write(folder / "config.json", lambda p: p.write_text(text), what="demo config")
+    atomic_write(folder / "MODEL_CARD.md", lambda p: p.write_text(card), what="model card")
+    return folder
+
+
+def _refresh_card(evaluation_file: str) -> int:
+    """``... demo_recipe card RUN/test_evaluation.json``: :func:`refresh_shipped_card` with the
+    LIMIT tuning demo's figures of that ``medvl-train limit eval`` output."""
+    from medvl_engine.tasks.limit.demo_baselines import limit_demo_figures
+
+    recipe = "--config train/limit_demo.yaml"
+    command = f"medvl-train limit {recipe} && medvl-train limit eval {recipe}"
+    figures = limit_demo_figures(json.loads(Path(evaluation_file).read_text()), command)
+    print(refresh_shipped_card(figures))
+    return 0
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["evaluate"]:
-        print("usage: python -m medvl_engine.tasks.limit.demo_recipe evaluate", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(_print_evaluation())
+    arguments = sys.argv[1:]
+    if arguments == ["evaluate"]:
+        sys.exit(_print_evaluation())
+    if arguments == ["baselines"]:
+        sys.exit(_print_baselines())
+    if len(arguments) == 2 and arguments[0] == "card":
+        sys.exit(_refresh_card(arguments[1]))
+    print(
+        "usage: python -m medvl_engine.tasks.limit.demo_recipe "
+        "{evaluate | baselines | card RUN/test_evaluation.json}",
+        file=sys.stderr,
+    )
+    sys.exit(2)

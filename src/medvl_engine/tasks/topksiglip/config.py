@@ -23,6 +23,7 @@ from typing import ClassVar, Literal
 from medvl_engine.common.config_ranges import Range, ranged
 from medvl_engine.common.env import positive_int_setting
 from medvl_engine.errors import ConfigError, ResourceLimitError
+from medvl_engine.evaluation.fresh_seeds import FRESH_SEED_START
 from medvl_engine.models.topksiglip import TopKSigLIPConfig
 from medvl_engine.models.topksiglip_ranges import TOPKSIGLIP_RANGES, check_topksiglip_values
 from medvl_engine.training.config import (
@@ -168,9 +169,19 @@ class TopKEvalSettings:
     )
     # eval action: resamples of the test breasts per interval
     bootstrap_resamples: int = ranged(1000, low=1, high=1_000_000, hint="e.g. 1000")
-    # eval action: "test" (the report) or "validation" (an analysis of the breasts best/ and the
-    # recipe were chosen on; optimistic, no linear probe), written to its own file.
+    # eval action: "test" (the report), "validation" (an analysis of the breasts best/ and the
+    # recipe were chosen on; optimistic, no linear probe) or "fresh" (only the fresh cohorts
+    # below; the test split stays unread), each written to its own file.
     report_split: str = "test"
+    # eval action: new synthetic cohorts scored and pooled as the headline (0: none); cohort j
+    # has seed fresh_cohort_seed + j, refused when a seed was used for any choice
+    # (medvl_engine.evaluation.fresh_seeds). Synthetic runs only.
+    fresh_cohorts: int = ranged(0, low=0, high=1000, hint="e.g. 8")
+    fresh_cohort_size: int = ranged(400, low=2, high=100_000, hint="breasts per cohort, e.g. 400")
+    fresh_cohort_seed: int = ranged(FRESH_SEED_START, _SEED)
+    # eval action: fit the logistic-regression baseline on the training split (C chosen on
+    # validation); reads the training and validation breasts.
+    shallow_baseline: bool = True
 
 
 @dataclass

@@ -1,24 +1,35 @@
-"""``medvl-train topksiglip eval``: saved TopKSigLIP models scored once on the test split.
+"""``medvl-train topksiglip eval``: saved TopKSigLIP models scored on the test split, beside the
+baselines a reviewer would build, and on fresh synthetic cohorts (the headline).
 
 Models: each seed's ``<run.out_dir>/seed-<s>/best`` with ``run.seeds`` (the model each run
 chose on validation), else ``<run.out_dir>/best``, or the one model ``task.init_from`` names
 (a folder or a registered name such as ``topksiglip-demo``).
 
-On the test breasts (``task.test_split`` / ``task.synthetic_test``), for each model: the
-zero-shot AUROCs (cancer, BI-RADS, findings, density; at ``eval_k`` and the k sweep), the
-Pointing Game and pixel AP, and the linear probe (fitted on the whole training split, its step
-chosen on validation), each with a 95% percentile-bootstrap interval over test breasts; then
-mean +- std over seeds; and beside them the trivial baselines on the same breasts
-(:mod:`medvl_engine.tasks.topksiglip.baselines`: best signed intensity statistic per label,
-max-intensity map); the cancer AUROC is also given by finding type
-(:mod:`medvl_engine.tasks.topksiglip.subgroups`). Everything is printed and written to
-``<run.out_dir>/test_evaluation.json`` (atomically). Training never reads the test split; this
-is the only reader.
+On the test breasts (``task.test_split`` of a manifest / ``task.synthetic_test``), for each
+model: the zero-shot AUROCs (cancer, BI-RADS, findings, density; at ``eval_k`` and the k
+sweep), the Pointing Game and pixel AP, and the linear probe (fitted on the whole training
+split, its step chosen on validation), each with a 95% percentile-bootstrap interval over test
+breasts; then mean +- std over seeds; the intensity-statistics baseline beside every readout;
+the cancer AUROC by finding type (:mod:`medvl_engine.tasks.topksiglip.subgroups`). Then the
+baseline block (:mod:`medvl_engine.tasks.topksiglip.baseline_report`): every baseline of
+:mod:`medvl_engine.tasks.topksiglip.baselines` (intensity statistics, speck counter, top-hat
+energy, and the logistic regression on 20 hand-made features fitted on the training split with
+``task.shallow_baseline``) on the headline metrics, and the model's margin over the best of them
+by a paired bootstrap over the independent unit (a breast; an exam when two breasts share one),
+named in the output. Each test-split report adds one to the run folder's count of test-split
+reads (``test_reads.json``), printed and saved.
 
-With ``task.report_split=validation`` the same report is made on the validation breasts (the
-ones ``best/`` and the recipe were chosen on, so the figures are optimistic), without the
-linear probe (it chooses its step on them), and written to ``validation_evaluation.json``: an
-analysis that leaves the test split unread.
+With ``task.fresh_cohorts`` = N > 0, N new synthetic cohorts of ``task.fresh_cohort_size``
+breasts (:mod:`medvl_engine.tasks.topksiglip.fresh`; seeds no choice has used, others refused)
+are scored by the models and every baseline and pooled
+(:mod:`medvl_engine.tasks.topksiglip.fresh_report`): pooled figures with intervals, the seed
+spread, and the paired margins. Everything is printed and written to
+``<run.out_dir>/test_evaluation.json`` (atomically).
+
+``task.report_split=validation`` makes the split report on the validation breasts (the ones
+``best/`` and the recipe were chosen on, so the figures are optimistic), without the linear
+probe, into ``validation_evaluation.json``; ``task.report_split=fresh`` scores only the fresh
+cohorts, into ``fresh_evaluation.json``. Neither reads the test split.
 """
 
 from __future__ import annotations
@@ -40,16 +51,25 @@ if TYPE_CHECKING:
     import numpy as np
 
     from medvl_engine.models.topksiglip import TopKSigLIP
+    from medvl_engine.tasks.topksiglip.baselines import BreastInputs
     from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
     from medvl_engine.tasks.topksiglip.evaluation import MammoEvalOutputs
     from medvl_engine.tasks.topksiglip.training_task import TopKSigLIPTask
 
-__all__ = ["evaluate_test_split", "LEVEL", "REPORT_SPLITS", "RESULT_NAME", "VALIDATION_RESULT_NAME"]
+__all__ = [
+    "FRESH_RESULT_NAME",
+    "LEVEL",
+    "REPORT_SPLITS",
+    "RESULT_NAME",
+    "VALIDATION_RESULT_NAME",
+    "evaluate_test_split",
+]
 
 LEVEL = 0.95
 RESULT_NAME = "test_evaluation.json"
 VALIDATION_RESULT_NAME = "validation_evaluation.json"
-REPORT_SPLITS = ("test", "validation")
+FRESH_RESULT_NAME = "fresh_evaluation.json"
+REPORT_SPLITS = ("test", "validation", "fresh")
 # Shown first, in this order; the other metrics follow sorted by name.
 _HEADLINE = (
     "auroc_cancer",
@@ -214,54 +234,65 @@ def _report_breasts(task: TopKSigLIPTask, on_validation: bool) -> tuple[Any, str
     return task.eval_set, name, header
 
 
-def evaluate_test_split(
-    run_config: RunConfig,
-    task_config: TopKSigLIPTaskConfig,
-    task_class: type[TopKSigLIPTask],
-) -> int:
-    """Score the saved model(s) on the test split (or, with ``task.report_split=validation``,
-    on the validation breasts); print and write the report; exit status.
+def _fitted_inputs(
+    task: TopKSigLIPTask, enabled: bool
+) -> tuple[BreastInputs, BreastInputs | None] | None:
+    """The training and validation inputs of the logistic baseline (None when disabled)."""
+    from medvl_engine.tasks.topksiglip.baselines import breast_inputs
 
-    ``task_class`` is :class:`~medvl_engine.tasks.topksiglip.training_task.TopKSigLIPTask` (passed
-    in by that module's ``eval`` action, so this module does not import the task).
+    if not enabled:
+        return None
+    records = task.probe_train_records
+    _progress(f"logistic baseline: features of {len(records)} training breasts")
+    train = breast_inputs(task.dataset(records), task.geometry)
+    validation = breast_inputs(task.eval_set, task.geometry) if task.eval_set else None
+    return train, validation
 
-    Runs in one process, on ``run.device`` (auto: the GPU when there is one); started under
-    torchrun, ranks other than 0 return at once.
-    """
-    if int(os.environ.get("RANK", "0")) != 0:
-        return 0
-    from medvl_engine.tasks.topksiglip.baselines import baseline_readouts
+
+def _write(out_dir: Path, name: str, result: dict[str, Any], what: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = atomic_write(
+        out_dir / name,
+        lambda temporary: temporary.write_text(json.dumps(result, indent=2), encoding="utf-8"),
+        what=what,
+    )
+    print(f"written: {path}")
+
+
+def _split_report(
+    task: TopKSigLIPTask,
+    loaded: list[tuple[Any, str, TopKSigLIP]],
+    fitted: tuple[BreastInputs, BreastInputs | None] | None,
+    on_validation: bool,
+    probe: bool,
+) -> dict[str, Any]:
+    """Score the models and every baseline on the test (or validation) breasts; print the
+    report and return its JSON-ready dict."""
+    from medvl_engine.tasks.topksiglip.baseline_report import (
+        baseline_block,
+        print_baseline_block,
+        score_baselines,
+    )
+    from medvl_engine.tasks.topksiglip.baselines import breast_inputs
     from medvl_engine.tasks.topksiglip.evaluation import bootstrap_readouts, model_readouts
     from medvl_engine.tasks.topksiglip.subgroups import subgroup_counts, with_cancer_subgroups
     from medvl_engine.training.seeds import mean_std_over_seeds
 
-    split = task_config.report_split
-    if split not in REPORT_SPLITS:
-        raise ConfigError(
-            f"task.report_split={split!r} is not one of {list(REPORT_SPLITS)}; use test for the "
-            "report, validation for an analysis of the breasts best/ was chosen on."
-        )
-    on_validation = split == "validation"
-    models = _models(run_config, task_config)
-    device = _device(run_config.device)
-    probe = task_config.linear_probe and not on_validation
-    # The training and validation splits are read only for the linear probe or a validation
-    # report.
-    task = task_class(task_config, run_config, read_train_val=probe or on_validation)
-    task.progress = _progress
+    config = task.config
+    split = "validation" if on_validation else "test"
     breasts, split_name, split_line = _report_breasts(task, on_validation)
-    resamples, seed = task_config.bootstrap_resamples, task_config.seed
-    _progress(f"trivial baselines on {len(breasts)} {split} breasts")
-    baseline_table, chosen = baseline_readouts(breasts, task.geometry)
+    resamples, seed = config.bootstrap_resamples, config.seed
+    _progress(f"baselines on {len(breasts)} {split} breasts")
+    inputs = breast_inputs(breasts, task.geometry)
+    scored = score_baselines(inputs, task.geometry, *(fitted or (None, None)))
+    baseline_table, chosen = scored.tables["intensity"], scored.chosen["intensity"]
     baseline_table = with_cancer_subgroups(baseline_table)
     baseline = bootstrap_readouts(baseline_table, resamples, seed, LEVEL)
-    per_model = []
-    for model_seed, source in models:
+    per_model, headline_tables = [], []
+    for model_seed, source, model in loaded:
         _progress(f"scoring {source}")
-        model = task.load_saved(source, device)
-        table, outputs = model_readouts(
-            model, breasts, k=task_config.eval_k, k_sweep=task._k_sweep()
-        )
+        table, outputs = model_readouts(model, breasts, k=config.eval_k, k_sweep=task._k_sweep())
+        headline_tables.append((source, table))
         if probe:
             table = table.with_scores(*_probe_columns(task, model, outputs))
         table = with_cancer_subgroups(table)
@@ -277,6 +308,8 @@ def evaluate_test_split(
     )
     counts = subgroup_counts(baseline_table)
     _print_report(per_model, over_seeds, baseline, chosen, split_line, counts)
+    block = baseline_block(headline_tables, scored, resamples, seed, LEVEL)
+    print_baseline_block(block, f"Baselines on the {split} split")
 
     def records(
         metrics: dict[str, tuple[float, float, float, float]], subgroups: bool
@@ -287,9 +320,9 @@ def evaluate_test_split(
             if (SUBGROUP_SEPARATOR in key) == subgroups
         }
 
-    result = {
+    return {
         "split": split_name,
-        f"{'validation' if on_validation else 'test'}_breasts": len(breasts),
+        f"{split}_breasts": len(breasts),
         "level": LEVEL,
         "bootstrap_resamples": resamples,
         "bootstrap_seed": seed,
@@ -311,17 +344,90 @@ def evaluate_test_split(
             "cancer_by_finding": records(baseline, subgroups=True),
             "reads": chosen,
         },
+        "baselines": block,
         "cancer_by_finding_breasts": {
             key: {"cancers": cancers, "without_cancer": others}
             for key, (cancers, others) in counts.items()
         },
     }
-    out_dir = Path(run_config.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = atomic_write(
-        out_dir / (VALIDATION_RESULT_NAME if on_validation else RESULT_NAME),
-        lambda temporary: temporary.write_text(json.dumps(result, indent=2), encoding="utf-8"),
-        what=f"{split} evaluation",
+
+
+def evaluate_test_split(
+    run_config: RunConfig,
+    task_config: TopKSigLIPTaskConfig,
+    task_class: type[TopKSigLIPTask],
+) -> int:
+    """Score the saved model(s) on the test split (``task.report_split=validation``: on the
+    validation breasts; ``fresh``: on the fresh cohorts only) beside every baseline, and on
+    ``task.fresh_cohorts`` fresh cohorts, pooled; print and write the report; exit status.
+
+    ``task_class`` is :class:`~medvl_engine.tasks.topksiglip.training_task.TopKSigLIPTask` (passed
+    in by that module's ``eval`` action, so this module does not import the task).
+
+    Runs in one process, on ``run.device`` (auto: the GPU when there is one); started under
+    torchrun, ranks other than 0 return at once. Each report of the test split adds one to the
+    run folder's count of test-split reads (:mod:`medvl_engine.evaluation.test_reads`), printed.
+    """
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    from medvl_engine.evaluation.test_reads import TEST_READS_FILE, count_test_read, read_count
+    from medvl_engine.tasks.topksiglip.fresh import fresh_cohort_seeds
+    from medvl_engine.tasks.topksiglip.fresh_report import (
+        evaluate_fresh_cohorts,
+        print_fresh_report,
     )
-    print(f"written: {path}")
+
+    split = task_config.report_split
+    if split not in REPORT_SPLITS:
+        raise ConfigError(
+            f"task.report_split={split!r} is not one of {list(REPORT_SPLITS)}; use test for the "
+            "report, validation for an analysis of the breasts best/ was chosen on, fresh for "
+            "the fresh cohorts alone."
+        )
+    seeds = fresh_cohort_seeds(task_config)  # refused before anything is read
+    if split == "fresh" and not seeds:
+        raise ConfigError(
+            "task.report_split=fresh needs fresh cohorts; set e.g. task.fresh_cohorts=8."
+        )
+    on_validation = split == "validation"
+    models = _models(run_config, task_config)
+    device = _device(run_config.device)
+    probe = task_config.linear_probe and split == "test"
+    shallow = task_config.shallow_baseline
+    # The training and validation splits are read only for the linear probe, the logistic
+    # baseline or a validation report.
+    task = task_class(task_config, run_config, read_train_val=probe or on_validation or shallow)
+    task.progress = _progress
+    loaded = [(s, source, task.load_saved(source, device)) for s, source in models]
+    fitted = _fitted_inputs(task, shallow)
+    out_dir = Path(run_config.out_dir)
+    result: dict[str, Any] = {}
+    if split != "fresh":
+        result = _split_report(task, loaded, fitted, on_validation, probe)
+    if split == "test":
+        reads = count_test_read(out_dir, ", ".join(source for _, source, _ in loaded))
+        print(
+            f"test split read {reads} time(s) from this run folder ({out_dir / TEST_READS_FILE}); "
+            "a figure from a split read several times is partly chosen on it"
+        )
+    else:
+        reads = read_count(out_dir)
+    result["test_split_reads"] = reads
+    if seeds:
+        fresh = evaluate_fresh_cohorts(
+            [(source, model) for _, source, model in loaded],
+            seeds,
+            task_config,
+            run_config,
+            fitted,
+            LEVEL,
+            _progress,
+        )
+        print_fresh_report(fresh)
+        result["fresh_cohorts"] = fresh
+    if split == "fresh":
+        result.update(level=LEVEL, bootstrap_resamples=task_config.bootstrap_resamples)
+        result["models"] = [{"seed": s, "model": source} for s, source, _ in loaded]
+    name = {"test": RESULT_NAME, "validation": VALIDATION_RESULT_NAME}.get(split, FRESH_RESULT_NAME)
+    _write(out_dir, name, result, f"{split} evaluation")
     return 0

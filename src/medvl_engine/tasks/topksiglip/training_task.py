@@ -425,12 +425,23 @@ class TopKSigLIPTask:
         return self.merge_evaluation([self.evaluate_shard(model, 0, 1)])
 
     def save_pretrained(self, model: nn.Module, directory: Path) -> None:
-        """Save a model folder; the final model also goes to the cache folder of ``install_as``."""
-        save_topksiglip(_topksiglip_of(model), directory)
+        """Save a model folder; the final model also goes to the cache folder of ``install_as``.
+
+        config.json records the task settings (``"recipe": {"task": ...}``, by sections), so
+        that every user path reads the model at the K it was evaluated with
+        (:func:`medvl_engine.mammography.evaluated_k` finds ``eval_k`` there)."""
+        from medvl_engine.training.config import config_values
+
+        extra = {"recipe": {"task": config_values(self.config)}}
+        save_topksiglip(_topksiglip_of(model), directory, extra_config=extra)
         if self.config.install_as and Path(directory) == self.out_dir / "final":
             from medvl_engine.encoders.resolve import registered_model_dir
 
-            save_topksiglip(_topksiglip_of(model), registered_model_dir(self.config.install_as))
+            save_topksiglip(
+                _topksiglip_of(model),
+                registered_model_dir(self.config.install_as),
+                extra_config=extra,
+            )
 
 
 def selection_metrics(metrics: dict[str, float]) -> dict[str, float]:

@@ -15,7 +15,10 @@ Patch level: ``y = argmax_k cos(v, c_k)``; balanced accuracy and one-vs-rest AUR
 
 The protocol in four modules: :mod:`.slides` (slide-level zero-shot), :mod:`.scoring` (the
 balanced-accuracy tables and bootstrap), :mod:`.robustness` (template x synonym reports) and
-:mod:`.patches` (patch-level zero-shot).
+:mod:`.patches` (patch-level zero-shot). What a reviewer checks beside it: :mod:`.baselines`
+(nearest centroid and a linear probe on the patch features, no text), :mod:`.units` (intervals
+and paired margins bootstrapping diagnoses, the independent unit) and :mod:`.suite` (one table
+of the model, every baseline and the margin over the best).
 """
 
 from medvl_engine.tasks.limit.evaluation.patches import zero_shot_patches

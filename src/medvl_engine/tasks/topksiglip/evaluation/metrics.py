@@ -12,7 +12,7 @@ from medvl_engine.tasks.topksiglip.evaluation.outputs import (
     collect_outputs,
 )
 from medvl_engine.tasks.topksiglip.evaluation.readouts import (
-    prompt_probabilities,
+    outputs_probabilities,
     readout_metrics,
     readout_table,
     zero_shot_columns,
@@ -30,7 +30,7 @@ def zero_shot_metrics(model: TopKSigLIP, outputs: MammoEvalOutputs) -> dict[str,
     Keys: ``auroc_<finding>``, ``auroc_findings_avg``, ``auroc_cancer``, ``auroc_birads_<c>``,
     ``auroc_birads_avg``, ``auroc_density_<A..D>``, ``auroc_density_avg``.
     """
-    probs = prompt_probabilities(model, outputs.embeddings)
+    probs = outputs_probabilities(model, outputs)
     without_maps = dataclasses.replace(outputs, importance=None)
     return readout_metrics(readout_table(without_maps, zero_shot_columns(probs), None))
 

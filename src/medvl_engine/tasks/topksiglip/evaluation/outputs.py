@@ -31,7 +31,13 @@ class MammoEvalOutputs:
     """Frozen outputs on n breasts: embeddings ``[n, C]``, importance ``[n, G, G]`` (or None),
     labels (birads ``[n]`` 1-5, 0 = missing; density ``[n]`` 0-3, -1 = missing; cancer ``[n]``
     bool; findings ``[n, 4]`` bool; ``cancer_known`` / ``findings_known`` ``[n]`` bool, None =
-    all known) and ROI boxes per breast ``[M_i, 4]`` (x0, y0, x1, y1) breast px."""
+    all known) and ROI boxes per breast ``[M_i, 4]`` (x0, y0, x1, y1) breast px.
+
+    zero_shot: ``{task: [n, classes]}`` float32, the prompt probabilities of each breast as
+    the TopK dock and ``medvl topk`` show them (None when not computed); selected ``[n, K]``
+    int64: the candidates each breast's K patches are, in rank order (None for the full-image
+    tower or when not computed); k: the K they were computed at (None when not known).
+    """
 
     embeddings: torch.Tensor
     importance: np.ndarray | None
@@ -42,6 +48,9 @@ class MammoEvalOutputs:
     boxes: list[np.ndarray]
     cancer_known: np.ndarray | None = None
     findings_known: np.ndarray | None = None
+    zero_shot: dict[str, np.ndarray] | None = None
+    selected: np.ndarray | None = None
+    k: int | None = None
 
     def known(self, task: str) -> np.ndarray:
         """``[n]`` bool: the breasts that have a label for ``task`` (birads, density, cancer,
@@ -59,27 +68,44 @@ class MammoEvalOutputs:
 def collect_outputs(
     model: TopKSigLIP, dataset: BreastSamples, k: int | None = None, batch_size: int = 8
 ) -> MammoEvalOutputs:
-    """Run the vision tower (eval mode, no augmentation) over every sample of a MammoDataset."""
-    model.eval()
-    device = model.log_logit_scale.device
+    """Score every sample of a MammoDataset (eval mode, no augmentation) at ``k`` patches
+    (None: the model's ``config.k``) with
+    :func:`medvl_engine.models.topksiglip_inference.score_breasts`, the computation behind
+    ``medvl topk`` and the TopK dock: embeddings, importance maps, selected candidates and
+    zero-shot prompt probabilities are those a user sees for the same breast, to the last bit.
+
+    ``batch_size`` breasts are read at a time; each is scored on its own, so the outputs do
+    not depend on it. The prompts are encoded once.
+    """
+    from medvl_engine.models.topksiglip_inference import prompt_embeddings, score_breasts
+
+    prompts = prompt_embeddings(model.eval())
     embeddings: list[torch.Tensor] = []
     importance: list[np.ndarray] = []
+    selected: list[np.ndarray] = []
+    zero_shot: dict[str, list[np.ndarray]] = {task: [] for task in prompts}
     samples: list[BreastSample] = []
-    for start in range(0, len(dataset), batch_size):
-        chunk = [dataset.sample(i) for i in range(start, min(start + batch_size, len(dataset)))]
-        images = torch.stack([s.image for s in chunk]).to(device)
-        out = model.encode_image(images, k=k)
-        embeddings.append(out.embedding.float().cpu())
-        if out.log_weights is not None:
-            grid = model.geometry.grid
-            probs = torch.softmax(out.log_weights.float(), dim=-1).view(-1, grid, grid)
-            importance.append(probs.cpu().numpy())
+    chosen = int(model.config.k if k is None else k)
+    step = max(int(batch_size), 1)
+    for start in range(0, len(dataset), step):
+        chunk = [dataset.sample(i) for i in range(start, min(start + step, len(dataset)))]
+        scored = score_breasts(model, torch.stack([s.image for s in chunk]), chosen, prompts)
+        embeddings.append(scored.embedding)
+        if scored.importance is not None and scored.indices is not None:
+            importance.append(scored.importance)
+            selected.append(scored.indices)
+        for task, probs in scored.zero_shot.items():
+            zero_shot[task].append(probs)
         samples.extend(chunk)
-    return outputs_of_samples(
+    outputs = outputs_of_samples(
         samples,
         torch.cat(embeddings),
         np.concatenate(importance) if importance else None,
     )
+    outputs.zero_shot = {task: np.concatenate(rows) for task, rows in zero_shot.items()}
+    outputs.selected = np.concatenate(selected) if selected else None
+    outputs.k = chosen
+    return outputs
 
 
 def outputs_of_samples(

@@ -30,6 +30,7 @@ __all__ = [
     "bootstrap_readouts",
     "label_columns",
     "model_readouts",
+    "outputs_probabilities",
     "prompt_probabilities",
     "readout_metrics",
     "readout_table",
@@ -283,6 +284,15 @@ class _Rows:
         return self.dataset.sample(self.indices[index], epoch)
 
 
+def outputs_probabilities(model: TopKSigLIP, outputs: MammoEvalOutputs) -> dict[str, np.ndarray]:
+    """``{task: [n, classes]}``: the prompt probabilities each breast was read with when the
+    outputs carry them (:func:`collect_outputs` scores each breast as ``medvl topk`` and the
+    dock do, to the bit), else computed from the embeddings (:func:`prompt_probabilities`)."""
+    if outputs.zero_shot is not None:
+        return outputs.zero_shot
+    return prompt_probabilities(model, outputs.embeddings)
+
+
 def prompt_probabilities(model: TopKSigLIP, embeddings: torch.Tensor) -> dict[str, np.ndarray]:
     """Per zero-shot task, the softmax over its prompts ``[B, C]`` of the image embeddings
     ``[B, D]`` (numpy, float32)."""
@@ -307,12 +317,12 @@ def model_readouts(
     """
     rows = _Rows(dataset, range(len(dataset)) if indices is None else indices)
     outputs = collect_outputs(model, rows, k=k, batch_size=batch_size)
-    probs = prompt_probabilities(model, outputs.embeddings)
+    probs = outputs_probabilities(model, outputs)
     table = readout_table(outputs, zero_shot_columns(probs), model.geometry)
     for sweep_k in k_sweep:
         suffix = f"@k{int(sweep_k)}"
         swept = collect_outputs(model, rows, k=int(sweep_k), batch_size=batch_size)
-        columns = zero_shot_columns(prompt_probabilities(model, swept.embeddings), suffix)
+        columns = zero_shot_columns(outputs_probabilities(model, swept), suffix)
         extra = readout_table(swept, columns, None, suffix=suffix)  # labels only, no maps
         table = table.with_scores(extra.scores, extra.truth, extra.known, extra.groups)
     return table, outputs

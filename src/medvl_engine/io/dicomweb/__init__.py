@@ -1,0 +1,71 @@
+"""DICOMweb: studies, series and instances on a PACS, and sending results back to it.
+
+References are URLs, ``dicomweb://HOST:PORT/ROOT[/studies/UID[/series/UID[/instances/UID]]]``
+(``dicomwebs://`` for HTTPS; http(s) URLs of the same shape also work). QIDO-RS searches what
+is there; WADO-RS retrieves instances into the local cache, where the ordinary readers open
+them (so every check of a local file applies); STOW-RS uploads files that were written locally
+first, and a failed upload leaves them unchanged to send again. Every failure is a
+:class:`DicomWebError` with one sentence (server down, refused, too slow, not DICOM, no CC/MLO
+pair). Needs the ``dicomweb-client`` package (``pip install "napari-medvl[dicomweb]"``).
+"""
+
+from medvl_engine.io.dicomweb._client import DEFAULT_TIMEOUT_SECONDS
+from medvl_engine.io.dicomweb._errors import (
+    DicomWebError,
+    InvalidReferenceError,
+    NoMammoPairError,
+    NotDicomError,
+    NotOnServerError,
+    ServerRefusedError,
+    ServerTimeoutError,
+    ServerUnreachableError,
+)
+from medvl_engine.io.dicomweb._fetch import fetch, open_remote_slide
+from medvl_engine.io.dicomweb._mammo import mammo_study_pairs, mammo_views, resolve_mammo_study
+from medvl_engine.io.dicomweb._query import (
+    InstanceEntry,
+    SeriesEntry,
+    StudyEntry,
+    search_instances,
+    search_series,
+    search_studies,
+    study_metadata,
+)
+from medvl_engine.io.dicomweb._reference import (
+    DicomWebReference,
+    is_dicomweb_reference,
+    parse_reference,
+)
+from medvl_engine.io.dicomweb._retrieve import cache_folder, retrieve_instances
+from medvl_engine.io.dicomweb._send import SendReport, send
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "DicomWebError",
+    "DicomWebReference",
+    "InstanceEntry",
+    "InvalidReferenceError",
+    "NoMammoPairError",
+    "NotDicomError",
+    "NotOnServerError",
+    "SendReport",
+    "SeriesEntry",
+    "ServerRefusedError",
+    "ServerTimeoutError",
+    "ServerUnreachableError",
+    "StudyEntry",
+    "cache_folder",
+    "fetch",
+    "is_dicomweb_reference",
+    "mammo_study_pairs",
+    "mammo_views",
+    "open_remote_slide",
+    "parse_reference",
+    "resolve_mammo_study",
+    "retrieve_instances",
+    "search_instances",
+    "search_series",
+    "search_studies",
+    "send",
+    "study_metadata",
+]
