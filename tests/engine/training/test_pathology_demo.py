@@ -118,6 +118,7 @@ def _run(script: str, threads: int) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # two child processes build the cohort twice (about 20 s)
 def test_synthetic_slides_reports_and_bags_are_bitwise_equal_with_1_and_2_threads():
     assert _run(_HASH_DATA, 1) == _run(_HASH_DATA, 2)
 

@@ -180,6 +180,7 @@ def _tiny_recipe() -> dict:
     return recipe
 
 
+@pytest.mark.slow  # trains and evaluates a tiny recipe twice (about 40 s)
 def test_rebuild_writes_a_complete_demo_folder_with_its_test_metrics(tmp_path, monkeypatch):
     tiny = _tiny_recipe()
     monkeypatch.setattr(_topksiglip_demo, "demo_config", lambda: copy.deepcopy(tiny))
