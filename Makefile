@@ -36,7 +36,7 @@ demo-models: $(STAMP)
 	$(PY) -m medvl_engine.tasks.demo_models all
 
 test: $(DEV_STAMP)
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 tools/with_display.sh $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 tools/with_display.sh $(PY) -m pytest -q --durations=30
 
 # The core install (`pip install .`, no extras) in a fresh venv outside the checkout.
 check-core:

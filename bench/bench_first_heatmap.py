@@ -11,13 +11,20 @@ heatmap dock (adding its overlay layers: "dock opening"), clicks Run one second 
 the model NOT loaded (the model process is stopped before each round, so it starts, loads
 the model and extracts the features) and pans the same path until the map is complete; then
 five new prompts are run one after another ("re-prompt display").
-Rounds alternate floor and plugin (the shared machine drifts), with napari's synchronous
+Rounds alternate plugin and floor (the shared machine drifts), with napari's synchronous
 slicing (the reader gives its progressive levels) and asynchronous slicing (the reader gives
 dask levels, decoded in napari's slicing thread). Prints worst and p99 gaps of every phase,
 per setting, and the ratios the targets name: first heatmap worst <= 2x floor worst, p99 <=
 1.5x floor p99; re-prompt display worst <= 2x floor worst; dock opening worst <= 2x the floor's
-layer adding. ``--threads`` runs the models in napari's own process instead (as before the
-model process). Needs a display (run it under tools/with_display.sh).
+layer adding.
+Two comparisons side by side, each with the samples behind it: "4 passes", the floor panned
+for 4 passes per round (as this bench first did) against however many passes the plugin phase
+took, so the plugin's worst is a maximum over several times more ticks; and "equal passes",
+the floor panned in each round for as many passes as the plugin phase took in that round:
+worst against worst, p99 against p99 over equal tick counts (the longer list cut to the
+shorter, per round), and the median of the per-pass worst gaps against each other.
+``--threads`` runs the models in napari's own process instead (as before the model process).
+Needs a display (run it under tools/with_display.sh).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,14 +54,97 @@ RUN_AFTER_DOCK_S = 1.0
 FIRST_HEATMAP_CAP_S = 240.0
 
 
-def _pan_pass(viewer, app, probe, forward: bool) -> None:
-    """One pass of ``PAN_STEPS`` steps along the row at level 0 (0.5 um/px at zoom 2)."""
+def _pan_pass(viewer, app, probe, forward: bool, row: float = ROW_UM, start: float = 200.0) -> None:
+    """One pass of ``PAN_STEPS`` steps along the row at level 0 (0.5 um/px at zoom 2), the
+    camera's (y, x) centre going from (``row``, ``start``) ``PAN_STEPS`` steps to the right and
+    back on the next pass."""
     camera = viewer.scene.camera
     step_um = PAN_STEP_PX / camera.zoom
     for step in range(1, PAN_STEPS + 1):
         index = step if forward else PAN_STEPS - step
-        camera.center = (ROW_UM, 200.0 + index * step_um)
+        camera.center = (row, start + index * step_um)
         _settle(app, STEP_MS / 1e3)
+
+
+def pan_passes(viewer, app, probe, passes: int, **path: float) -> list[int]:
+    """``passes`` pan passes with ``probe`` running; the tick count after each pass."""
+    ends = []
+    for index in range(passes):
+        _pan_pass(viewer, app, probe, forward=index % 2 == 0, **path)
+        ends.append(len(probe.gaps_ms))
+    return ends
+
+
+def per_pass_worst(gaps: list[float], ends: list[int]) -> list[float]:
+    """The worst gap of each pass (``ends``: the tick count after each pass)."""
+    starts = [0, *ends[:-1]]
+    return [max(gaps[a:b]) for a, b in zip(starts, ends, strict=True) if b > a]
+
+
+@dataclass
+class Pans:
+    """Pan gaps gathered over rounds: every tick, the per-pass worst gaps, the passes, and
+    per round the tick lists (to cut two phases to equal counts)."""
+
+    gaps: list[float] = field(default_factory=list)
+    pass_worst: list[float] = field(default_factory=list)
+    rounds: list[list[float]] = field(default_factory=list)
+
+    def add(self, gaps: list[float], ends: list[int]) -> None:
+        self.gaps.extend(gaps)
+        self.pass_worst.extend(per_pass_worst(gaps, ends))
+        self.rounds.append(list(gaps))
+
+
+def equal_counts(a: Pans, b: Pans) -> tuple[list[float], list[float]]:
+    """Both phases' ticks with each round's longer list cut to the shorter one's length."""
+    cut_a: list[float] = []
+    cut_b: list[float] = []
+    for gaps_a, gaps_b in zip(a.rounds, b.rounds, strict=True):
+        n = min(len(gaps_a), len(gaps_b))
+        cut_a.extend(gaps_a[:n])
+        cut_b.extend(gaps_b[:n])
+    return cut_a, cut_b
+
+
+def comparison_table(plugin: Pans, floor_old: Pans, floor_fair: Pans, phase: str) -> list[str]:
+    """The target ratios of ``phase`` (its pans, ``plugin``) to the floor, measured both ways:
+    the floor's 4 passes a round (``floor_old``) and as many passes as the plugin's
+    (``floor_fair``); each cell says the samples behind it (ticks or passes, plugin / floor)."""
+    worst = max(plugin.gaps)
+    p99 = float(np.percentile(plugin.gaps, 99))
+    cut_plugin, cut_floor = equal_counts(plugin, floor_fair)
+    median = float(np.median(plugin.pass_worst))
+    rows = [
+        (
+            f"{phase} worst / floor worst (<= 2)",
+            worst / max(floor_old.gaps),
+            f"{len(plugin.gaps)}/{len(floor_old.gaps)} ticks",
+            worst / max(floor_fair.gaps),
+            f"{len(plugin.gaps)}/{len(floor_fair.gaps)} ticks",
+        ),
+        (
+            f"{phase} p99 / floor p99 (<= 1.5)",
+            p99 / float(np.percentile(floor_old.gaps, 99)),
+            f"{len(plugin.gaps)}/{len(floor_old.gaps)} ticks",
+            float(np.percentile(cut_plugin, 99)) / float(np.percentile(cut_floor, 99)),
+            f"{len(cut_plugin)}/{len(cut_floor)} ticks",
+        ),
+        (
+            f"{phase} median per-pass worst / floor's",
+            median / float(np.median(floor_old.pass_worst)),
+            f"{len(plugin.pass_worst)}/{len(floor_old.pass_worst)} passes",
+            median / float(np.median(floor_fair.pass_worst)),
+            f"{len(plugin.pass_worst)}/{len(floor_fair.pass_worst)} passes",
+        ),
+    ]
+    lines = [f"  {'ratio':<50} {'floor 4 passes/round':>25} {'floor equal passes':>25}"]
+    return lines + [ratio_line(*row) for row in rows]
+
+
+def ratio_line(name: str, old: float, old_n: str, fair: float, fair_n: str) -> str:
+    """One row of the comparison: the ratio against each floor and the samples behind it."""
+    return f"  {name:<50} {old:5.2f}x {old_n:>18} {fair:5.2f}x {fair_n:>18}"
 
 
 def _start_pan(viewer, app) -> None:
@@ -71,17 +162,51 @@ def _pending_layers(slide_layer_metadata: dict) -> list:
     return [pending_image_layer(key, frame, "cosine", {}), pending_boxes_layer(key, frame)]
 
 
-def floor_round(app, probe, levels, scale, metadata) -> dict[str, list[float]]:
-    """Bare napari: pan the in-memory pyramid, then add the dock's two layers."""
-    gaps: dict[str, list[float]] = {"pan": [], "layers": []}
+def other_ratios(
+    reprompt: list[float],
+    dock: list[float],
+    layers: list[float],
+    floor_old: Pans,
+    fair: Pans,
+    label: str = "re-prompt",
+) -> list[str]:
+    """The ``label`` phase (re-prompt display) against both pan floors; dock opening against
+    the floor's adding of the same layers (no panning: one number)."""
+    worst = max(reprompt)
+    dock_ratio = max(dock) / max(layers)
+    samples = (
+        f"{len(reprompt)}/{len(floor_old.gaps)} ticks",
+        f"{len(reprompt)}/{len(fair.gaps)} ticks",
+    )
+    return [
+        ratio_line(
+            f"{label} worst / floor worst (<= 2)",
+            worst / max(floor_old.gaps),
+            samples[0],
+            worst / max(fair.gaps),
+            samples[1],
+        ),
+        ratio_line(
+            "dock opening worst / layers floor worst (<= 2)",
+            dock_ratio,
+            f"{len(dock)}/{len(layers)} ticks",
+            dock_ratio,
+            "(no panning)",
+        ),
+    ]
+
+
+def floor_round(app, probe, levels, scale, metadata, passes: int) -> dict[str, object]:
+    """Bare napari: pan the in-memory pyramid for max(FLOOR_PASSES, ``passes``) passes (the
+    first FLOOR_PASSES alone are the old floor), then add the dock's two layers."""
+    gaps: dict[str, object] = {}
     with bench_viewer() as viewer:
         viewer.add_image(levels, multiscale=True, rgb=True, scale=scale, name="in memory")
         _start_pan(viewer, app)
         probe.start()
-        for index in range(FLOOR_PASSES):
-            _pan_pass(viewer, app, probe, forward=index % 2 == 0)
+        ends = pan_passes(viewer, app, probe, max(FLOOR_PASSES, passes))
         probe.stop()
-        gaps["pan"] = list(probe.gaps_ms)
+        gaps["pan"], gaps["ends"] = list(probe.gaps_ms), ends
         probe.start()
         for data, kwargs, layer_type in _pending_layers(metadata):
             getattr(viewer, f"add_{layer_type}")(data, **kwargs)
@@ -120,14 +245,17 @@ def plugin_round(app, probe, slide_path: Path, features: Path) -> dict[str, obje
         probe.start()
         started = time.perf_counter()
         widget.run()
-        passes = 0
-        while widget.runner.running and time.perf_counter() - started < FIRST_HEATMAP_CAP_S:
-            _pan_pass(viewer, app, probe, forward=passes % 2 == 0)
-            passes += 1
+        ends: list[int] = []
+        while not ends or (
+            widget.runner.running and time.perf_counter() - started < FIRST_HEATMAP_CAP_S
+        ):
+            _pan_pass(viewer, app, probe, forward=len(ends) % 2 == 0)
+            ends.append(len(probe.gaps_ms))
         probe.stop()
         result["first"] = list(probe.gaps_ms)
         result["first_s"] = time.perf_counter() - started
-        result["passes"] = passes
+        result["passes"] = len(ends)
+        result["ends"] = ends
         if widget.runner.last_error is not None:
             raise widget.runner.last_error
         gaps: list[float] = []
@@ -186,43 +314,44 @@ def main() -> None:
         try:
             for setting in arguments.settings.split(","):
                 settings.experimental.async_ = setting == "async"
-                floors: dict[str, list[float]] = {"pan": [], "layers": []}
-                plugin: dict[str, list[float]] = {"dock": [], "first": [], "reprompt": []}
+                floor_old, floor_fair, first = Pans(), Pans(), Pans()
+                layers: list[float] = []
+                plugin: dict[str, list[float]] = {"dock": [], "reprompt": []}
                 details = []
                 for index in range(arguments.rounds):
                     features = Path(scratch) / f"features-{setting}-{index}"
-                    for gaps in (floor_round(app, probe, levels, scale, metadata),):
-                        for key, value in gaps.items():
-                            floors[key].extend(value)
                     run = plugin_round(app, probe, slide_path, features)
                     for key in plugin:
                         plugin[key].extend(run[key])  # type: ignore[arg-type]
+                    first.add(run["first"], run["ends"])  # type: ignore[arg-type]
+                    passes = int(run["passes"])  # type: ignore[call-overload]
+                    floor = floor_round(app, probe, levels, scale, metadata, passes)
+                    gaps, ends = floor["pan"], floor["ends"]
+                    cut = ends[FLOOR_PASSES - 1]  # type: ignore[index]
+                    floor_old.add(gaps[:cut], ends[:FLOOR_PASSES])  # type: ignore[index]
+                    floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])  # type: ignore[index]
+                    layers.extend(floor["layers"])  # type: ignore[arg-type]
                     details.append(
                         f"round {index + 1}: first heatmap {run['first_s']:.1f} s over "
-                        f"{run['passes']} pan passes; torch in napari's process: {run['torch']}"
+                        f"{passes} pan passes; torch in napari's process: {run['torch']}"
                     )
                 print(
-                    f"{setting} slicing ({arguments.rounds} rounds, floor and plugin alternated):"
+                    f"{setting} slicing ({arguments.rounds} rounds, plugin and floor alternated):"
                 )
                 for line in details:
                     print(f"  {line}")
-                print(_line("floor: pan, in-memory pyramid", floors["pan"]))
-                print(_line("floor: adding the dock's two layers", floors["layers"]))
+                print(_line(f"floor: pan, {FLOOR_PASSES} passes a round", floor_old.gaps))
+                print(_line("floor: pan, the plugin's passes", floor_fair.gaps))
+                print(_line("floor: adding the dock's two layers", layers))
                 print(_line("plugin: dock opening", plugin["dock"]))
-                print(_line("plugin: first heatmap, panning", plugin["first"]))
+                print(_line("plugin: first heatmap, panning", first.gaps))
                 print(_line(f"plugin: {len(REPROMPTS)} re-prompts' display", plugin["reprompt"]))
-                floor_worst, floor_p99 = _stats(floors["pan"])
-                first_worst, first_p99 = _stats(plugin["first"])
-                ratios = {
-                    "first heatmap worst / floor worst (<= 2)": first_worst / floor_worst,
-                    "first heatmap p99 / floor p99 (<= 1.5)": first_p99 / floor_p99,
-                    "re-prompt worst / floor worst (<= 2)": _stats(plugin["reprompt"])[0]
-                    / floor_worst,
-                    "dock opening worst / layers floor worst (<= 2)": _stats(plugin["dock"])[0]
-                    / _stats(floors["layers"])[0],
-                }
-                for name, ratio in ratios.items():
-                    print(f"  ratio {name:<48}: {ratio:5.2f}x")
+                for line in comparison_table(first, floor_old, floor_fair, "first heatmap"):
+                    print(line)
+                for line in other_ratios(
+                    plugin["reprompt"], plugin["dock"], layers, floor_old, floor_fair
+                ):
+                    print(line)
         finally:
             settings.experimental.async_ = async_before
 

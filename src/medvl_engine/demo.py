@@ -55,6 +55,8 @@ class DemoScene:
     topk: a TopKResult (boxes per view in source px); breast: the BreastImage it ran on;
     topk_run: the whole BreastTopK of :func:`medvl_engine.mammography.topk` (K, evaluated K,
     the views; what the DICOM exports take).
+    features_path: the feature store written beside the outputs (``features.zarr``), from
+    which a viewer's heatmap dock re-prompts without extracting again; None when not written.
     timings: (stage, wall seconds) in the order the stages ran.
     """
 
@@ -70,6 +72,7 @@ class DemoScene:
     heatmap: Any = None
     top_patches: Any = None
     feature_store: Any = None
+    features_path: Path | None = None
     topk: Any = None
     breast: Any = None
     topk_run: Any = None
@@ -174,6 +177,7 @@ def _run_pathology(scene: DemoScene, model: str, loading: Future[Any], progress:
                 )
             )
         scene.encoder, scene.feature_store = encoder, result.store
+        scene.features_path = result.store_path
         scene.heatmap, scene.top_patches = result.heatmap, result.top_patches
     except MedVLError as error:
         scene.notes.append(f"slide heatmap skipped: {error}")

@@ -10,16 +10,20 @@ The grid has one cell per stride step of the patch grid; with overlapping patche
 World frame of the viewer layers: micrometres when the slide has an mpp, else level-0 px;
 level-0 pixel (x, y) covers [x, x + 1) x [y, y + 1) before scaling, origin at the slide's
 top-left corner.
+Importing this module does not import torch (the functions that score do): a Heatmap holds
+numpy arrays only, so napari's process can receive one from the model process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from medvl_engine.errors import ConfigError, DataError
 from medvl_engine.features.store import FeatureStore
@@ -97,6 +101,8 @@ def patch_scores(
     temperature: float = 0.01,
 ) -> np.ndarray:
     """Per-patch scores float32 [N] for prompt ``target`` of ``text_embeddings`` [T, D]."""
+    import torch
+
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     text = torch.as_tensor(text_embeddings, dtype=torch.float32)
@@ -209,6 +215,7 @@ def place_scores(
     frame (micrometres when the store has an mpp, else level-0 px; see the module docstring).
     ``smooth_sigma`` (in grid cells) applies a NaN-aware Gaussian; the other arguments are
     recorded on the Heatmap as they are."""
+    scores = np.asarray(scores, dtype=np.float32)
     grid = _scores_to_grid(store, scores)
     if smooth_sigma > 0:
         grid = _smooth(grid, smooth_sigma)
@@ -274,6 +281,8 @@ def classify_slide(
     the class score is cos(h_W(c_k), c_k) and the prediction is the argmax. Returns
     (class, score) pairs, best first.
     """
+    import torch
+
     from medvl_engine.models.limit import report_guided_pool
 
     names, classes = class_embeddings(store, encoder, class_prompts)  # [K, D]
@@ -291,6 +300,8 @@ def class_embeddings(
     the normalised mean of each class's prompt embeddings (a plain list: one prompt per class,
     its own name). Checked against ``store``: at least two distinct classes, patches to
     classify, the store's embedding width; each problem is one ConfigError or DataError."""
+    import torch
+
     if isinstance(class_prompts, Mapping):
         names = [str(name) for name in class_prompts]
         groups = [_as_list(class_prompts[name]) for name in class_prompts]

@@ -10,7 +10,10 @@ the views into the breast image at the model's own side S (CC over MLO,
 :func:`medvl_engine.data.mammo_dataset.load_breast` does), select the K patches and read the
 zero-shot prompts (:func:`medvl_engine.models.topksiglip_inference.predict_topk`). The answer
 is a :class:`BreastTopK`: the boxes in each view's source px, the importance grid, the
-readouts, the breast image they were computed on and the K used beside the evaluated K.
+readouts, the breast image they were computed on and the K used beside the evaluated K; its
+:meth:`BreastTopK.summary` is the same run without the model (plain data, picklable, torch-free:
+:class:`medvl_engine.models.topksiglip_results.TopKRunSummary`), which the DICOM writers and the
+plugin's model process pass on.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
 
     from medvl_engine.io.mammo import BreastImage, Mammogram
     from medvl_engine.models.topksiglip import TopKSigLIP
-    from medvl_engine.models.topksiglip_inference import TopKResult
+    from medvl_engine.models.topksiglip_results import TopKResult, TopKRunSummary
 
 __all__ = ["BreastTopK", "evaluated_k", "open_views", "resolve_k", "topk"]
 
@@ -46,7 +49,8 @@ class BreastTopK:
     ``{task: {class: probability}}``, embedding ``[C]``); breast: the BreastImage (``image``
     float32 ``[S, S]``, S the model's side, CC rows over MLO rows) the model saw; cc / mlo: the
     two views; model: the TopKSigLIP that ran; k: the patches selected; evaluated_k: the K the
-    model was evaluated with (:func:`evaluated_k`).
+    model was evaluated with (:func:`evaluated_k`); model_name: the folder or registered name
+    the model was loaded from (None when not known).
     """
 
     result: TopKResult
@@ -56,6 +60,7 @@ class BreastTopK:
     model: TopKSigLIP
     k: int
     evaluated_k: int
+    model_name: str | None = None
 
     @property
     def boxes(self) -> dict[str, np.ndarray]:
@@ -81,6 +86,25 @@ class BreastTopK:
     def k_is_evaluated(self) -> bool:
         """True when K is the K the model was evaluated with (its reported metrics hold)."""
         return self.k == self.evaluated_k
+
+    def summary(self) -> TopKRunSummary:
+        """This run without its model: the result, the breast image, the views' files and VOI,
+        the model's name, demo notice, K, evaluated K, side S and grid G (plain data)."""
+        from medvl_engine.demo_models import demo_notice_for
+        from medvl_engine.models.topksiglip_results import TopKRunSummary, TopKViewSource
+
+        return TopKRunSummary(
+            result=self.result,
+            breast=self.breast,
+            cc=TopKViewSource.of(self.cc),
+            mlo=TopKViewSource.of(self.mlo),
+            model_name=self.model_name,
+            demo_notice=demo_notice_for(self.model_name) or "",
+            k=int(self.k),
+            evaluated_k=int(self.evaluated_k),
+            image_size=int(self.model.config.image_size),
+            grid=int(self.model.geometry.grid),
+        )
 
 
 def _folder_values(name_or_path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
@@ -234,4 +258,5 @@ def topk(
         model=model,
         k=chosen,
         evaluated_k=evaluated,
+        model_name=None if model_name is None else str(model_name),
     )

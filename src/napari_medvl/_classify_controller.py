@@ -3,9 +3,7 @@ classification jobs and shows the model's notice; no Qt layout, no layers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from napari_medvl._classify_form import ClassifyForm
 from napari_medvl._classify_job import (
@@ -14,37 +12,17 @@ from napari_medvl._classify_job import (
     ClassifyRequest,
     classify_job,
 )
-from napari_medvl._notify import report_error
-
-if TYPE_CHECKING:
-    import napari
-
-    from napari_medvl._job_runner import JobRunner
+from napari_medvl._pathology_dock import PathologyController
 
 __all__ = ["ClassifyController"]
 
 
-class ClassifyController:
+class ClassifyController(PathologyController[ClassifyCache, ClassifyRequest, ClassifyOutcome]):
     """Jobs of one classification dock; ``on_result(outcome)`` receives each result on the
     GUI thread (the presenter's)."""
 
-    def __init__(
-        self,
-        viewer: napari.Viewer,
-        form: ClassifyForm,
-        cache: ClassifyCache,
-        on_result: Callable[[ClassifyOutcome], None],
-    ) -> None:
-        self._viewer = viewer
-        self.form = form
-        self.cache = cache
-        self.runner: JobRunner = form.controls.bind(on_result)
-
-    def model_changed(self, _value: Any = None) -> None:
-        """The chosen model's demo notice under the status line."""
-        from medvl_engine.demo_models import demo_notice_for
-
-        self.form.controls.set_notice(demo_notice_for(self.form.model.value))
+    job = classify_job
+    form: ClassifyForm
 
     def request(self) -> ClassifyRequest | None:
         """The request the form's inputs describe, or None (with a notification)."""
@@ -52,17 +30,15 @@ class ClassifyController:
 
         layer = self.form.slide_choice.value
         classes = self.form.class_names()
-        problem = None
         if layer is None:
-            problem = "Open a slide and choose it here before classifying."
-        elif len(classes) < 2:
-            problem = "Give at least two classes, one per line, or choose an organ preset."
-        if problem:
-            self.form.controls.status.value = problem
-            report_error(ConfigError(problem))
+            self.refuse(ConfigError("Open a slide and choose it here before classifying."))
             return None
-        chosen = self.form.features.value
-        features = Path(str(chosen)) if chosen and str(chosen) not in ("", ".") else None
+        if len(classes) < 2:
+            self.refuse(
+                ConfigError("Give at least two classes, one per line, or choose an organ preset.")
+            )
+            return None
+        features = self.form.features_path()
         slide = layer.metadata["slide"]
         return ClassifyRequest(
             slide=slide,
@@ -82,10 +58,3 @@ class ClassifyController:
             and layer.metadata.get("slide") is slide
         ]
         return stores[-1] if stores else None
-
-    def run(self, _value: Any = None) -> Any:
-        """Start the classification (cancelling a running one); returns the worker or None."""
-        request = self.request()
-        if request is None:
-            return None
-        return self.runner.start(classify_job, request, self.cache)

@@ -71,7 +71,8 @@ def classify_job(
 ) -> Generator[Progress, None, ClassifyOutcome]:
     """Generator job: load the encoder, get the slide's features, score classes, build maps;
     in the model process where it can (see :mod:`._heatmap_job`: the outcome's
-    classification, maps and store are then torch-free ClassScores, MapData, StoreSummary)."""
+    classification and store are then the torch-free ClassScores and StoreSummary, its maps the
+    engine's Heatmaps, numpy only)."""
     process = _process_for(request, cache, cancel)
     if process is None:
         return (yield from classify_here(request, cache, cancel))

@@ -1,4 +1,12 @@
-"""Show a ``medvl demo`` scene in napari: slide + heatmap + top patches, mammograms + TopK."""
+"""Show a ``medvl demo`` scene in napari: slide + heatmap + top patches, mammograms + TopK.
+
+The docks are given paths, not the scene's loaded objects: the heatmap dock gets the model's
+name or folder and the feature store the demo wrote (``scene.features_path``), so its new
+prompts run where its jobs run, in the model process (:mod:`._heatmap_job`), which reads
+that store instead of extracting again. Only a scene whose store was not written to disk
+hands its loaded encoder and store to the dock, whose jobs then run in threads in napari's
+process (the model process cannot be given objects).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,7 @@ from napari_medvl._layer_frame import LayerData, WorldFrame
 from napari_medvl._mammogram_layers import mammogram_layers
 from napari_medvl._slide_layers import slide_layer
 
-__all__ = ["save_screenshots", "scene_layers", "show_scene"]
+__all__ = ["dock_heatmap_widget", "save_screenshots", "scene_layers", "show_scene"]
 
 SETTLE_MS = 300  # event-loop time given to layout and painting before a screenshot
 SCREENSHOT_WINDOW = (1440, 900)  # main-window size of the saved screenshots (width, height)
@@ -73,6 +81,25 @@ def scene_layers(scene: Any) -> tuple[list[LayerData], list[LayerData]]:
     return slide_layers, mammo_layers
 
 
+def dock_heatmap_widget(viewer: Any, scene: Any) -> Any:
+    """The heatmap dock for the scene's slide (the viewer's first layer), not yet docked: new
+    prompts reuse the demo's features at once. A store on disk is named in the dock's
+    features field (the model process reads it); a store without a path, with the loaded
+    encoder, is kept in the dock's cache (its jobs then run in threads, see the module
+    docstring)."""
+    from napari_medvl._heatmap_widget import HeatmapWidget
+
+    widget = HeatmapWidget(viewer)
+    widget.model.value = str(scene.model)
+    written = scene.features_path
+    if written is not None and Path(written).exists():
+        widget.features.value = Path(written)
+    elif scene.feature_store is not None:
+        slide = viewer.layers[0].metadata["slide"]
+        widget.cache.remember(slide, scene.model, scene.encoder, scene.feature_store)
+    return widget
+
+
 def show_scene(scene: Any, run: bool = True) -> list[Any]:
     """Open one napari viewer per modality (slide, mammograms) with the scene's layers.
 
@@ -83,7 +110,6 @@ def show_scene(scene: Any, run: bool = True) -> list[Any]:
     from napari.layers import Layer
 
     from napari_medvl._export_widget import ExportWidget
-    from napari_medvl._heatmap_widget import HeatmapWidget
     from napari_medvl._topk_widget import TopKWidget
 
     slide_layers, mammo_layers = scene_layers(scene)
@@ -91,11 +117,7 @@ def show_scene(scene: Any, run: bool = True) -> list[Any]:
     slide_viewer = napari.Viewer(title="MedVL demo: slide")
     for data in slide_layers:
         slide_viewer.add_layer(Layer.create(*data))
-    heatmap_widget = HeatmapWidget(slide_viewer)
-    heatmap_widget.model.value = scene.model
-    if scene.feature_store is not None:  # new prompts reuse the demo's features at once
-        slide = slide_viewer.layers[0].metadata["slide"]
-        heatmap_widget.cache.remember(slide, scene.model, scene.encoder, scene.feature_store)
+    heatmap_widget = dock_heatmap_widget(slide_viewer, scene)
     slide_viewer.window.add_dock_widget(heatmap_widget, name="Text prompt heatmap")
     slide_viewer.window.add_dock_widget(ExportWidget(slide_viewer), name="Export overlays")
     viewers.append(slide_viewer)

@@ -11,7 +11,8 @@ patches), points and text as Points layers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,14 @@ _SHAPE_COLOR = "yellow"
 
 
 def _layer_source(layer: Any) -> Any:
-    """The DICOM image a slide or mammogram layer shows (None for other files)."""
+    """The DICOM image a slide or mammogram layer shows (None for other files): the one its
+    reader left in ``metadata["dicom_image_source"]`` (a slide on a PACS), else read from its
+    file's header."""
     from medvl_engine.errors import MedVLError
     from medvl_engine.io.dicom_results import dicom_image_source
 
+    if layer.metadata.get("dicom_image_source") is not None:
+        return layer.metadata["dicom_image_source"]
     path = layer.metadata.get("path")
     if not path:
         return None
@@ -43,12 +48,20 @@ def _layer_source(layer: Any) -> Any:
         return None
 
 
-def _open_sources(viewer: Any) -> list[tuple[Any, Any]]:
-    """(layer, DicomImageSource) of every DICOM slide or mammogram open in ``viewer``."""
-    if viewer is None:
-        return []
+@dataclasses.dataclass(frozen=True)
+class _PendingLayer:
+    """A layer the same reader call returns, not in the viewer yet: its name and metadata."""
+
+    name: str
+    metadata: dict[str, Any]
+
+
+def _open_sources(viewer: Any, pending: Sequence[LayerData] = ()) -> list[tuple[Any, Any]]:
+    """(layer, DicomImageSource) of every DICOM slide or mammogram in ``pending`` (layer data
+    of the same reader call) or open in ``viewer``, ``pending`` first."""
+    layers = [_PendingLayer(kwargs["name"], kwargs["metadata"]) for _, kwargs, *_ in pending]
     found = []
-    for layer in viewer.layers:
+    for layer in [*layers, *(viewer.layers if viewer is not None else [])]:
         if layer.metadata.get("medvl_kind") in _IMAGE_KINDS:
             source = _layer_source(layer)
             if source is not None:
@@ -70,26 +83,38 @@ def _slide_of(result: Any, sources: list[tuple[Any, Any]]) -> tuple[Any, Any]:
     return None, None
 
 
-def dicom_result_layers(result: Any, viewer: Any, reread: Callable[..., Any]) -> list[LayerData]:
+def dicom_result_layers(
+    result: Any,
+    viewer: Any,
+    reread: Callable[..., Any],
+    pending: Sequence[LayerData] = (),
+    name: str | None = None,
+) -> list[LayerData]:
     """Layers for a ``DicomResult``. A whole-slide result whose slide is open in ``viewer``
-    is read again on that slide (``reread(path, source=...)``) and drawn in its world frame;
-    other parts (shapes on a mammogram, a map of one) are drawn in the frame of the open
-    image they reference; the rest in a plain frame in source px (or micrometres)."""
-    sources = _open_sources(viewer)
+    (or among ``pending``, the image layers the same reader call returns) is read again on
+    that slide (``reread(path, source=...)``) and drawn in its world frame; other parts
+    (shapes on a mammogram, a map of one) are drawn in the frame of the open image they
+    reference; the rest in a plain frame in source px (or micrometres). Layer names start
+    with ``name`` (default: the file's stem)."""
+    sources = _open_sources(viewer, pending)
     slide_layer, slide_source = _slide_of(result, sources)
     if slide_layer is not None:
         if slide_source.sop_instance_uids[:1] != [result.placed_on]:
             result = reread(result.path, source=slide_source)
-        return result_layers(result, lambda uid: slide_layer)
+        return result_layers(result, lambda uid: slide_layer, name=name)
     by_uid = {uid: layer for layer, source in sources for uid in source.sop_instance_uids}
-    return result_layers(result, by_uid.get, plain=WorldFrame(units=result.units))
+    return result_layers(result, by_uid.get, plain=WorldFrame(units=result.units), name=name)
 
 
 def result_layers(
-    result: Any, layer_of: Callable[[str], Any], plain: WorldFrame | None = None
+    result: Any,
+    layer_of: Callable[[str], Any],
+    plain: WorldFrame | None = None,
+    name: str | None = None,
 ) -> list[LayerData]:
     """Layers for each part of ``result``, drawn through the world frame of ``layer_of(its
-    source uid)`` (an image layer) or ``plain`` when that gives None."""
+    source uid)`` (an image layer) or ``plain`` when that gives None; their names start with
+    ``name`` (default: the file's stem)."""
     plain = plain or WorldFrame(units=result.units)
     layers: list[LayerData] = []
     base = {
@@ -99,7 +124,7 @@ def result_layers(
         "source_uids": list(result.source_uids),
         "placed_on": result.placed_on,
     }
-    name = Path(str(result.path)).stem
+    name = name or Path(str(result.path)).stem
 
     def frame_of(uid: str) -> tuple[WorldFrame, Any]:
         layer = layer_of(uid) if uid else None

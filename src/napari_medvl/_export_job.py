@@ -2,7 +2,9 @@
 
 Heatmap layers (made by the heatmap widget or the demo) keep the engine Heatmap,
 its feature store, the slide and the top patches in their metadata; TopK layers
-keep the TopKResult, the breast image and the view files. The file type follows
+keep the TopKResult, the breast image, the view files and the run (its plain summary,
+TopKRunSummary, or the demo's BreastTopK), from which the DICOM report is written as
+``medvl topk`` writes it; no model is needed here. The file type follows
 the suffix; every write is atomic (the engine writes a temporary file and renames).
 """
 
@@ -91,7 +93,8 @@ def export_layer_metadata(metadata: dict[str, Any], path: str | Path) -> Path:
 
 def _export_topk_report(metadata: dict[str, Any], path: Path) -> Path:
     """The TopK run of a layer as a DICOM Structured Report (TID 1500), as ``medvl topk
-    --out result.dcm`` writes it: boxes on their source views, readouts, the model."""
+    --out result.dcm`` writes it: boxes on their source views, readouts, the model (the
+    layer's ``model``, else the one the run names)."""
     from medvl_engine.errors import ExportError
     from medvl_engine.export.dicom import require_highdicom, write_topk_sr
 
@@ -103,7 +106,8 @@ def _export_topk_report(metadata: dict[str, Any], path: Path) -> Path:
             path,
         )
     require_highdicom()
-    return Path(write_topk_sr(run, path, model_name=metadata.get("model")))
+    model = metadata.get("model") or getattr(run, "model_name", None)
+    return Path(write_topk_sr(run, path, model_name=model))
 
 
 def _input_of(name: str, metadata: dict[str, Any]) -> Path | None:

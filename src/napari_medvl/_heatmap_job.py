@@ -13,9 +13,10 @@ cancelled job's features are kept and the next Run continues from them.
 
 Where it can, the job runs in the model process (:mod:`._worker_process`; the child runs this
 same job on its own cache, :mod:`._worker_heatmap`): napari's process then holds no model and
-imports no torch, and the outcome's ``heatmap`` and ``store`` are the torch-free MapData and
-StoreSummary. It runs here, in threads, when no process can be started, when the slide is not
-a file the child can open, or when the cache holds a model loaded here (the demo's).
+imports no torch, the outcome's ``heatmap`` is the engine's Heatmap (numpy only) and its
+``store`` the torch-free StoreSummary. It runs here, in threads, when no process can be
+started, when the slide is not a file the child can open, or when the cache holds a model
+loaded here (a demo viewer's that was given model objects rather than folders).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ user drops); the returned function opens the files with medvl_engine.io and
 turns them into layers with the builders in ``_layers``. A DICOM result object (SR, GSPS,
 parametric map, segmentation, bulk annotations) is told apart from an image by its SOP
 Class and drawn on its source image when that is open in the viewer, else alone in source
-px (``_dicom_result_layers``). Files that turn out to be unreadable give their one-sentence
-MedVLError as a notification.
+px (``_dicom_result_layers``). A ``dicomweb://`` reference to a study or series on a PACS
+opens its mammograms, slides and results (``_dicomweb_reader``). Files that turn out to be
+unreadable, and servers that fail, give their one-sentence MedVLError as a notification.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ NULL_LAYER: list[LayerData] = [(None,)]  # type: ignore[list-item]
 
 
 def _accepts(path: str) -> bool:
-    """By name only: a readable suffix, or a folder holding DICOM files (a DICOM WSI)."""
+    """By name only: a readable suffix, a folder holding DICOM files (a DICOM WSI), or a
+    ``dicomweb://`` reference."""
+    from napari_medvl._dicomweb_reader import is_dicomweb_path
+
+    if is_dicomweb_path(path):
+        return True
     candidate = Path(path)
     if candidate.is_dir():
         return any(child.suffix.lower() in DICOM_SUFFIXES for child in candidate.iterdir())
@@ -91,6 +97,9 @@ def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData
     mammograms = []
     for item in paths:
         try:
+            if _is_dicomweb(str(item)):
+                layers.extend(_dicomweb_layers(str(item)))
+                continue
             if _is_dicom_result(str(item)):
                 layers.extend(_result_layers(str(item)))
                 continue
@@ -105,6 +114,22 @@ def read_paths(path: str | Sequence[str], stack: bool = False) -> list[LayerData
     if mammograms:
         layers.extend(mammogram_layers(mammograms, start_x=_free_x_in_current_viewer()))
     return layers or NULL_LAYER
+
+
+def _is_dicomweb(path: str) -> bool:
+    from napari_medvl._dicomweb_reader import is_dicomweb_path
+
+    return is_dicomweb_path(path)
+
+
+def _dicomweb_layers(url: str) -> list[LayerData]:
+    """Layers of a study or series on a PACS, results on their images (see
+    ``_dicomweb_reader``)."""
+    import napari
+
+    from napari_medvl._dicomweb_reader import read_dicomweb
+
+    return read_dicomweb(url, napari.current_viewer(), start_x=_free_x_in_current_viewer())
 
 
 def _is_dicom_result(path: str) -> bool:

@@ -3,43 +3,30 @@ segmentation jobs and shows the model's notice; no Qt layout, no layers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import Any
 
-from napari_medvl._notify import report_error
+from napari_medvl._pathology_dock import PathologyController
 from napari_medvl._segment_form import OVERLAPS, SegmentForm
-from napari_medvl._segment_job import SegmentCache, SegmentOutcome, SegmentRequest, segment_job
-
-if TYPE_CHECKING:
-    import napari
-
-    from napari_medvl._job_runner import JobRunner
+from napari_medvl._segment_job import (
+    SegmentCache,
+    SegmentOutcome,
+    SegmentRequest,
+    prefetch_embeddings,
+    segment_job,
+)
 
 __all__ = ["SegmentController"]
 
 
-class SegmentController:
+class SegmentController(PathologyController[SegmentCache, SegmentRequest, SegmentOutcome]):
     """Jobs of one segmentation dock; ``on_result(outcome)`` receives each result on the GUI
     thread (the presenter's)."""
 
-    def __init__(
-        self,
-        viewer: napari.Viewer,
-        form: SegmentForm,
-        cache: SegmentCache,
-        on_result: Callable[[SegmentOutcome], None],
-    ) -> None:
-        self._viewer = viewer
-        self.form = form
-        self.cache = cache
-        self.runner: JobRunner = form.controls.bind(on_result)
-
-    def model_changed(self, _value: Any = None) -> None:
-        """The chosen model's demo notice under the status line."""
-        from medvl_engine.demo_models import demo_notice_for
-
-        self.form.controls.set_notice(demo_notice_for(self.form.model.value))
+    job = segment_job
+    form: SegmentForm
+    prefetching: threading.Thread | None = None
+    """The thread encoding the class list's new text, or None."""
 
     def request(self) -> SegmentRequest | None:
         """The request the form's inputs describe, or None (with a notification)."""
@@ -55,11 +42,8 @@ class SegmentController:
                 raise ConfigError("Two lines name the same class; give each class once.")
             classes = check_classes(dict(pairs))
         except MedVLError as problem:
-            self.form.controls.status.value = str(problem)
-            report_error(problem)
+            self.refuse(problem)
             return None
-        chosen = self.form.features.value
-        features = Path(str(chosen)) if chosen and str(chosen) not in ("", ".") else None
         return SegmentRequest(
             slide=layer.metadata["slide"],
             model=self.form.model.value,
@@ -67,12 +51,23 @@ class SegmentController:
             templates=self.form.templates.value,
             overlap=OVERLAPS[self.form.overlap.value],
             min_confidence=float(self.form.min_confidence.value),
-            features=features,
+            features=self.form.features_path(),
         )
 
-    def run(self, _value: Any = None) -> Any:
-        """Start the segmentation (cancelling a running one); returns the worker or None."""
-        request = self.request()
-        if request is None:
+    def prefetch(self, _value: Any = None) -> threading.Thread | None:
+        """Encode the text of the classes typed so far that the cache lacks, in a thread
+        (the dock calls this once the class list has been left alone for a moment); returns
+        the thread, or None when there is nothing to encode or the lines do not parse."""
+        from medvl_engine.errors import MedVLError
+        from medvl_engine.prompts import parse_class
+
+        try:
+            classes = dict(parse_class(line) for line in self.form.class_lines())
+        except MedVLError:
             return None
-        return self.runner.start(segment_job, request, self.cache)
+        if not classes:
+            return None
+        self.prefetching = prefetch_embeddings(
+            self.cache, self.form.model.value, self.form.templates.value, classes
+        )
+        return self.prefetching

@@ -2,79 +2,64 @@
 
 The user picks a slide layer, a model and classes (one per line, ``name=synonym, ...``, or an
 organ preset with its synonyms), the templates (CONCH's H&E list or none) and the grid; Run
-maps every cell of the tissue to its most probable class (or "uncertain"), shown as one labels
-layer per slide, ``tissue map: <slide>``, with each class's area and share of the tissue in the
-dock (:func:`medvl_engine.pathology.segment`, the call ``medvl segment`` makes). Work runs off
-the GUI thread; Ctrl+Enter runs.
+maps every cell of the tissue to its most probable class (or "uncertain"), shown as a labels
+layer per slide, ``tissue map: <slide>``, with its regions' outlines as a shapes layer,
+``regions: <slide>``, each class's area and share of the tissue in the dock and a legend of
+the class colours (what :func:`medvl_engine.pathology.segment`, ``medvl segment``, computes).
+Work runs off the GUI thread; Ctrl+Enter runs. Features, tissue mask and class embeddings are
+kept, so a run with a changed class list only encodes the new classes' text, and that text is
+encoded while the user pauses at the list (``PREFETCH_MS`` after the last keystroke), so the
+run finds it ready. Painting on the labels layer recounts the areas and redraws the outlines.
 
 The dock is its form (``_segment_form``), wired to its controller (``_segment_controller``:
-checks the inputs, runs the job) and its presenter (``_segment_presenter``: table and layer).
+checks the inputs, runs the job) and its presenter (``_segment_presenter``: table, legend and
+layers) as every prompt-scoring slide dock is (``_pathology_dock``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from qtpy.QtCore import QTimer
+
+from napari_medvl._pathology_dock import PathologyDock
 from napari_medvl._segment_controller import SegmentController
-from napari_medvl._segment_form import DEFAULT_PRESET, SegmentForm
+from napari_medvl._segment_form import SegmentForm
 from napari_medvl._segment_job import SegmentCache, SegmentOutcome, SegmentRequest
 from napari_medvl._segment_presenter import SegmentPresenter
-from napari_medvl._slide_layers import SLIDE_KIND
-from napari_medvl._widget_common import layers_of_kind
 
 if TYPE_CHECKING:
     import napari
 
-    from napari_medvl._job_runner import JobRunner
+__all__ = ["PREFETCH_MS", "SegmentWidget"]
 
-__all__ = ["SegmentWidget"]
+PREFETCH_MS = 300
+"""Pause after the last change of the class list before its new classes' text is encoded."""
 
 
-class SegmentWidget(SegmentForm):
+class SegmentWidget(PathologyDock[SegmentCache, SegmentRequest, SegmentOutcome], SegmentForm):
     """Segmentation of a slide into classes given by prompts."""
 
     def __init__(self, napari_viewer: napari.Viewer, cache: SegmentCache | None = None) -> None:
         self._viewer = napari_viewer
         self.presenter = SegmentPresenter(napari_viewer, self)
-        super().__init__(slide_choices=lambda: layers_of_kind(napari_viewer, SLIDE_KIND))
+        super().__init__(slide_choices=self.slide_layers(napari_viewer))
         self.controller = SegmentController(
             napari_viewer,
             self,
             cache if cache is not None else SegmentCache(),
             on_result=self.presenter.show_outcome,
         )
-        self.controls.run_button.changed.connect(self.run)
-        self.model.combo.changed.connect(self.controller.model_changed)
-        self.controls.bind_run_key(self.run, self.native)
-        for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
-            event.connect(self.refresh_choices)
-        self.refresh_choices()
-        self.preset.value = DEFAULT_PRESET
-        self.controller.model_changed()
+        self.wire(napari_viewer, self)
+        self._prefetch_timer = QTimer(self.native)
+        self._prefetch_timer.setSingleShot(True)
+        self._prefetch_timer.setInterval(PREFETCH_MS)
+        self._prefetch_timer.timeout.connect(self.controller.prefetch)
+        # QTextEdit's textChanged carries no value, so magicgui's ``changed`` of the class box
+        # never fires: listen to Qt's signal
+        self.classes.native.textChanged.connect(self._class_list_changed)
+        self.templates.changed.connect(self._class_list_changed)
 
-    @property
-    def cache(self) -> SegmentCache:
-        """Models kept between runs."""
-        return self.controller.cache
-
-    @property
-    def runner(self) -> JobRunner:
-        """The runner of the dock's segmentation jobs."""
-        return self.controller.runner
-
-    @property
-    def last_outcome(self) -> SegmentOutcome | None:
-        """The result shown last."""
-        return self.presenter.last_outcome
-
-    def request(self) -> SegmentRequest | None:
-        """The request the form's inputs describe, or None (with a notification)."""
-        return self.controller.request()
-
-    def run(self, _value: Any = None) -> Any:
-        """Start the segmentation (cancelling a running one); returns the worker or None."""
-        return self.controller.run()
-
-    def layer_name(self, outcome: SegmentOutcome | None = None) -> str:
-        """Name of the slide's map layer: ``tissue map: <slide file>``."""
-        return self.presenter.layer_name(outcome)
+    def _class_list_changed(self, _value: object = None) -> None:
+        """Restart the pause after which the new classes' text is encoded."""
+        self._prefetch_timer.start()

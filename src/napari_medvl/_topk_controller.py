@@ -68,7 +68,7 @@ class TopKController:
     ) -> None:
         self._viewer = viewer
         self.form = form
-        self.models: dict[str, Any] = {}
+        self.models: dict[str, Any] = {}  # loaded here, or LoadedElsewhere (model process)
         self.loading: dict[str, threading.Event] = {}  # models loading in the background
         self.runner: JobRunner = form.controls.bind(on_result)
         self.hang_runner: JobRunner = JobControls().bind(on_hung)
@@ -99,9 +99,10 @@ class TopKController:
         self.form.controls.set_notice(demo_notice_for(self.form.model.value))
 
     def preload_model(self) -> None:
-        """Load the chosen model in the background (a thread loading a model holds the GIL in
-        stretches: call it once the pair's result layers are added and drawn), so that the
-        first Run starts at the views; not while a job runs or once the viewer closed."""
+        """Load the chosen model in the background, in the model process where it can (else a
+        thread here, which holds the GIL in stretches: call it once the pair's result layers
+        are added and drawn), so that the first Run starts at the views; not while a job runs
+        or once the viewer closed."""
         if viewer_open(self._viewer) and not self.runner.running:
             preload_topk_model(self.models, self.loading, self.form.model_name())
 

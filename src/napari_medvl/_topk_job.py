@@ -1,7 +1,17 @@
 """The mammogram TopK job: breast image from two views, TopK-Patch, zero-shot readouts.
 
-No Qt here; runs inside a thread worker. Loaded models stay in a dict so a
-second run on other views does not reload them.
+No Qt here; runs inside a thread worker. The engine's :func:`medvl_engine.mammography.topk`
+(the path ``medvl topk`` and the evaluation share) runs in the model process where it can
+(:mod:`._worker_process`; the child runs :func:`topk_here` on its own loaded models,
+:mod:`._worker_topk`): the job sends the two views' files and the VOI each is shown with, the
+child opens them with the engine and sends back the run's plain summary
+(:class:`medvl_engine.models.topksiglip_results.TopKRunSummary`: result, breast image, views,
+model name, K), so napari's process loads no model and imports no torch. It runs here, in
+threads, when no process can be started (or ``MEDVL_MODEL_PROCESS=0``), when a view is not a
+file the child can open (a mammogram made in memory, whose path names no file), or when the
+model is loaded here already. Either way the outcome keeps the summary, never the model, and
+the result layers are built here (numpy only). Models loaded here stay in a dict, so a second
+run on other views does not reload them.
 """
 
 from __future__ import annotations
@@ -9,22 +19,44 @@ from __future__ import annotations
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from napari_medvl._heatmap_job import LoadedElsewhere
 from napari_medvl._preload import load_in_background, wait_for_load
 from napari_medvl._progress import Progress, run_with_progress
 
-__all__ = ["TopKRequest", "TopKOutcome", "format_readouts", "preload_topk_model", "topk_job"]
+if TYPE_CHECKING:
+    from medvl_engine.models.topksiglip_results import TopKRunSummary
+    from napari_medvl._worker_process import ModelProcess
+
+__all__ = [
+    "TopKOutcome",
+    "TopKRequest",
+    "format_readouts",
+    "preload_topk_model",
+    "topk_here",
+    "topk_job",
+]
+
+_WORKER = "napari_medvl._worker_topk"
 
 
 def preload_topk_model(
     models: dict[str, Any], loading: dict[str, threading.Event], name: str
 ) -> threading.Thread | None:
-    """Load TopKSigLIP model ``name`` into ``models`` in a background thread, so that a first
-    Run starts at the views; None when it is loaded or loading already (see
+    """Load TopKSigLIP model ``name`` in a background thread, so that a first Run starts at
+    the views: in the model process (``models[name]`` is then a LoadedElsewhere), else into
+    ``models``; None when it is loaded or loading already (see
     :func:`._preload.load_in_background`)."""
 
     def load() -> Any:
+        from napari_medvl._worker_process import model_process
+
+        process = model_process()  # started here, in the background, on first use
+        if process is not None:
+            process.call(f"{_WORKER}:preload_in_child", {"model": name})
+            return LoadedElsewhere(name)
         from medvl_engine.models.topksiglip_folder import load_topksiglip
 
         return load_topksiglip(name)
@@ -54,8 +86,9 @@ class TopKOutcome:
     breast: Any
     layers: list[Any] | None = None
     """LayerData built in the worker for ``request.frames`` (None without frames)."""
-    run: Any = None
-    """The engine's whole answer (medvl_engine.mammography.BreastTopK): K, evaluated K, views."""
+    run: TopKRunSummary | None = None
+    """The run without its model (TopKRunSummary: K, evaluated K, views, model name, grid),
+    which the layers keep for the DICOM exports."""
 
 
 def topk_job(
@@ -64,16 +97,92 @@ def topk_job(
     loading: dict[str, threading.Event] | None = None,
     cancel: threading.Event | None = None,
 ) -> Generator[Progress, None, TopKOutcome]:
-    """Generator job: load the model (once; ``loading`` holds the events of loads already
-    under way, see :func:`preload_topk_model`), then :func:`medvl_engine.mammography.topk`,
-    the path ``medvl topk`` and the evaluation share (K checked, the breast image at the
-    model's own side, TopK-Patch, zero-shot readouts)."""
+    """Generator job: TopK-Patch on the request's views, in the model process where it can
+    (module docstring), then the result layers for ``request.frames``.
+
+    Waits for a load of the model already under way (``loading``, see
+    :func:`preload_topk_model`); yields Progress; returns the outcome with the run's summary.
+    """
+    loading = loading if loading is not None else {}
+    yield from wait_for_load(loading, request.model, cancel, "TopK")
+    process = _process_for(request, models, cancel)
+    if process is None:
+        summary = yield from topk_here(request, models, loading, cancel)
+    else:
+        summary = yield from _topk_in_process(process, request, models, cancel)
+    layers = None
+    if request.frames is not None:
+        from napari_medvl._mammo_layers import readable_topk_layers
+
+        yield Progress("building layers")
+        layers = readable_topk_layers(
+            summary.result,
+            summary.breast,
+            request.frames,
+            summary.laterality,
+            sources={view: str(path) for view, path in summary.sources().items()},
+            model=request.model,
+            run=summary,
+        )
+    return TopKOutcome(request, summary.result, summary.breast, layers, summary)
+
+
+def _process_for(
+    request: TopKRequest, models: dict[str, Any], cancel: threading.Event | None
+) -> ModelProcess | None:
+    """The model process for ``request``, or None to run it in this process: a model loaded
+    here, or a view whose path is not a file the child can open."""
+    loaded = models.get(request.model)
+    if loaded is not None and not isinstance(loaded, LoadedElsewhere):
+        return None
+    for view in (request.cc, request.mlo):
+        if not Path(str(getattr(view, "path", ""))).is_file():
+            return None
+    from napari_medvl._worker_process import model_process
+
+    return model_process(cancel)
+
+
+def _topk_in_process(
+    process: ModelProcess,
+    request: TopKRequest,
+    models: dict[str, Any],
+    cancel: threading.Event | None,
+) -> Generator[Progress, None, TopKRunSummary]:
+    """The run in the model process: the views go as their files and VOI
+    (TopKViewSource), the summary comes back."""
+    from medvl_engine.models.topksiglip_results import TopKViewSource
+
+    payload = {
+        "cc": TopKViewSource.of(request.cc),
+        "mlo": TopKViewSource.of(request.mlo),
+        "model": request.model,
+        "k": request.k,
+    }
+    steps = process.run(f"{_WORKER}:topk_in_child", payload, cancel, label="TopK request")
+    try:
+        summary: TopKRunSummary = yield from steps
+    finally:
+        steps.close()  # cancels the child's job when this one is closed
+    models.setdefault(request.model, LoadedElsewhere(request.model))
+    return summary
+
+
+def topk_here(
+    request: TopKRequest,
+    models: dict[str, Any],
+    loading: dict[str, threading.Event] | None = None,
+    cancel: threading.Event | None = None,
+) -> Generator[Progress, None, TopKRunSummary]:
+    """:func:`medvl_engine.mammography.topk` in this process (threads): load the model once
+    into ``models``, then K checked, the breast image at the model's own side, TopK-Patch and
+    the zero-shot readouts; returns the run's summary (``BreastTopK.summary()``)."""
     from medvl_engine.mammography import topk
     from medvl_engine.models.topksiglip_folder import load_topksiglip
 
     yield from wait_for_load(loading or {}, request.model, cancel, "TopK")
     model = models.get(request.model)
-    if model is None:
+    if model is None or isinstance(model, LoadedElsewhere):
         model = yield from run_with_progress(
             "loading model", lambda progress: load_topksiglip(request.model), cancel=cancel
         )
@@ -85,23 +194,7 @@ def topk_job(
         ),
         cancel=cancel,
     )
-    result, breast = run.result, run.breast
-    layers = None
-    if request.frames is not None:
-        from napari_medvl._mammo_layers import readable_topk_layers
-
-        yield Progress("building layers")
-        sources = {"CC": str(request.cc.path), "MLO": str(request.mlo.path)}
-        layers = readable_topk_layers(
-            result,
-            breast,
-            request.frames,
-            breast.laterality,
-            sources=sources,
-            model=request.model,
-            run=run,
-        )
-    return TopKOutcome(request, result, breast, layers, run)
+    return run.summary()
 
 
 def format_readouts(zero_shot: dict[str, dict[str, float]]) -> str:

@@ -222,12 +222,12 @@ def topk_layers(
 ) -> list[LayerData]:
     """Layers for a TopK result: boxes on each source view plus the importance map.
 
-    ``result`` follows medvl_engine.models.topksiglip_inference.TopKResult (boxes / ranks / scores
+    ``result`` follows medvl_engine.models.topksiglip_results.TopKResult (boxes / ranks / scores
     per view in that view's source px (x0, y0, x1, y1)); ``view_frames`` holds the world
     frame of the CC and MLO image layers (their side-by-side offsets). The result, the
-    breast image, the ``sources`` (view -> file) and the engine's whole ``run``
-    (:class:`medvl_engine.mammography.BreastTopK`, for the DICOM exports; None when not at
-    hand) stay in each layer's metadata for exports.
+    breast image, the ``sources`` (view -> file) and the ``run`` (the dock's
+    :class:`medvl_engine.models.topksiglip_results.TopKRunSummary`, the demo's BreastTopK; for
+    the DICOM exports; None when not at hand) stay in each layer's metadata for exports.
     """
     context = {"medvl_kind": "topk", "topk_result": result, "breast": breast, "topk_run": run}
     context["sources"] = dict(sources or {})

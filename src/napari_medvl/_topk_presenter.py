@@ -119,8 +119,8 @@ class TopKPresenter:
         from medvl_engine.demo_models import demo_notice_for
 
         self.last_outcome = outcome
-        candidates = self.controller.models[outcome.request.model].geometry.num_candidates
-        self.form.set_k_limit(int(candidates))
+        if outcome.run is not None:  # the model's G^2 candidates, from the run (no model here)
+            self.form.set_k_limit(outcome.run.candidates)
         self.outcomes[outcome.breast.laterality] = outcome
         self._draw(outcome, self._frames_of(outcome) or self.controller.frames())
         self.form.readouts.value = format_readouts(outcome.result.zero_shot)

@@ -82,7 +82,7 @@ class TopKWidget(TopKForm):
 
     @property
     def models(self) -> dict[str, Any]:
-        """Loaded TopK models by name."""
+        """Loaded TopK models by name (LoadedElsewhere: loaded in the model process)."""
         return self.controller.models
 
     @property

@@ -15,7 +15,7 @@ from typing import Any
 from napari_medvl._classify_job import ClassifyCache, ClassifyRequest, classify_here
 from napari_medvl._progress import Progress
 from napari_medvl._worker_heatmap import open_in_child
-from napari_medvl._worker_results import Classified, ClassScores, MapData, StoreSummary
+from napari_medvl._worker_results import Classified, ClassScores, StoreSummary
 
 __all__ = ["classify_in_child"]
 
@@ -36,6 +36,6 @@ def classify_in_child(
     )
     return Classified(
         ClassScores.of(outcome.classification),
-        {name: MapData.of(heatmap) for name, heatmap in outcome.heatmaps.items()},
+        dict(outcome.heatmaps),
         StoreSummary.of(outcome.store),
     )

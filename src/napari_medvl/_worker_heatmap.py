@@ -1,8 +1,8 @@
 """The heatmap job in the model process: the child's handlers.
 
 The child runs :func:`napari_medvl._heatmap_job.heatmap_here` on its own FeatureCache (the
-models and open slides stay in the child's ``state``) and sends back MapData and
-StoreSummary (:mod:`._worker_results`). No Qt and no torch at import.
+models and open slides stay in the child's ``state``) and sends back the engine's
+Heatmap and a StoreSummary (:mod:`._worker_results`). No Qt and no torch at import.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from napari_medvl._heatmap_job import (
 )
 from napari_medvl._preload import wait_for_load
 from napari_medvl._progress import Progress
-from napari_medvl._worker_results import FinalMap, MapData, PartialMap, StoreSummary
+from napari_medvl._worker_results import FinalMap, PartialMap, StoreSummary
 
 __all__ = ["heatmap_in_child", "kept_in_child", "open_in_child", "preload_in_child"]
 
@@ -92,11 +92,11 @@ def heatmap_in_child(
             break
         if isinstance(item, HeatmapUpdate):
             shown = item.outcome
-            yield PartialMap(MapData.of(shown.heatmap), summary(shown.store), item.done, item.total)
+            yield PartialMap(shown.heatmap, summary(shown.store), item.done, item.total)
         else:
             yield item
     return FinalMap(
-        MapData.of(outcome.heatmap),
+        outcome.heatmap,
         StoreSummary.of(outcome.store),
         outcome.top_patches,
         outcome.store_path,

@@ -6,17 +6,20 @@ bench/bench_import_gil.py), and the viewer stutters. The docks instead send thei
 a child process started with the "spawn" context on first use, which keeps the loaded models
 and open slides between requests; napari's process never imports torch.
 
-Protocol (messages are tuples pickled through one duplex Pipe; no engine type crosses it):
+Protocol (messages are tuples pickled through one duplex Pipe; nothing that needs torch
+crosses it):
   to the child    ("run", job, "module:function", payload), ("cancel", job), ("stop",)
   to napari       ("ready", pid), (job, "yield", value), (job, "return", value),
                   (job, "error", ErrorReport)
 A handler ``function(payload, state, cancel)`` is a generator run in its own thread of the
 child: what it yields and returns must be plain data (numpy arrays, dataclasses of this
-plugin); ``state`` is a dict kept for the child's lifetime (models, open slides); ``cancel``
-is set by ("cancel", job). :meth:`ModelProcess.run` is the napari side: a generator that
-yields what the handler yields, returns what it returns, and raises its MedVLError (one
-sentence) again. Small results (score grids of a few hundred kB) are pickled whole; the
-patch features stay in the child (and in the feature store on disk).
+plugin or the engine's torch-free records, such as TopKRunSummary); ``state`` is a dict kept
+for the child's lifetime (models, open slides); ``cancel`` is set by ("cancel", job).
+:meth:`ModelProcess.run` is the napari side: a generator that yields what the handler yields,
+returns what it returns, and raises its MedVLError (one sentence) again. Small results (score
+grids of a few hundred kB, a TopK run with its breast image of a few MB) are pickled whole;
+the patch features stay in the child (and in the feature store on disk). Handlers:
+:mod:`._worker_heatmap`, :mod:`._worker_classify`, :mod:`._worker_topk`.
 
 The process stops when the last viewer that used it closes (:func:`attach_viewer`), at
 interpreter exit, or when napari's process dies (the child's end of the pipe reads EOF).

@@ -1,62 +1,32 @@
 """What crosses the pipe from the model process: plain data, no torch, no Qt.
 
-napari's process holds no torch, so it cannot hold the engine's ``Heatmap`` (its module
-computes scores with torch), its ``SlideClassification``, nor a feature store's features
-[N, D] (tens to hundreds of MB). The child sends, per map, a :class:`MapData` (the Heatmap's
-fields: the score grid [rows, cols] and scores [N] float32, a few hundred kB for a large
-slide), a :class:`StoreSummary` (what the layers and exports read of the store: coords [N, 2]
-(x, y) level-0 px, patch size, mpp, dimensions, path) and, for a classification, the
-:class:`ClassScores`. The handlers that make them: :mod:`._worker_heatmap`,
-:mod:`._worker_classify`.
+napari's process holds no torch, so it cannot hold the engine's ``SlideClassification``
+(torch tensors) nor a feature store's features [N, D] (tens to hundreds of MB). The child
+sends, per map, the engine's own :class:`medvl_engine.heatmap.Heatmap` (numpy only: the score
+grid [rows, cols] and scores [N] float32, a few hundred kB for a large slide; its module
+imports torch only inside the functions that score), a :class:`StoreSummary` (what the layers
+and exports read of the store: coords [N, 2] (x, y) level-0 px, patch size, mpp, dimensions,
+path) and, for a classification, the :class:`ClassScores`. The handlers that make them:
+:mod:`._worker_heatmap`, :mod:`._worker_classify`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from medvl_engine.heatmap import Heatmap
+
 __all__ = [
     "ClassScores",
     "Classified",
     "FinalMap",
-    "MapData",
     "PartialMap",
     "StoreSummary",
 ]
-
-
-@dataclass
-class MapData:
-    """The engine Heatmap's fields (see :class:`medvl_engine.heatmap.Heatmap`): ``grid``
-    float32 [rows, cols] (NaN: no patch), ``scores`` float32 [N] in store order, the grid's
-    level-0 origin (x, y) and cell size, the viewer's (y, x) ``scale``/``translate`` in
-    ``units``, and the map's mode, normalization, prompt label, value range and metadata."""
-
-    grid: np.ndarray
-    scores: np.ndarray
-    origin_level0: tuple[int, int]
-    cell_size_level0: int
-    scale: tuple[float, float]
-    translate: tuple[float, float]
-    units: str
-    mode: str = "cosine"
-    normalize: str = "none"
-    prompt: str = ""
-    value_range: tuple[float, float] = (0.0, 1.0)
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, heatmap: Any) -> MapData:
-        return cls(**{item.name: getattr(heatmap, item.name) for item in fields(cls)})
-
-    def cell_to_level0(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """Top-left (x, y) level-0 px [N, 2] of grid cells given by row and column indices."""
-        x = self.origin_level0[0] + np.asarray(cols) * self.cell_size_level0
-        y = self.origin_level0[1] + np.asarray(rows) * self.cell_size_level0
-        return np.stack([x, y], axis=-1).astype(np.int64)
 
 
 @dataclass
@@ -100,7 +70,7 @@ class StoreSummary:
 class PartialMap:
     """A partial map of the ``done`` of ``total`` patches whose features are known."""
 
-    heatmap: MapData
+    heatmap: Heatmap
     store: StoreSummary
     done: int
     total: int
@@ -111,7 +81,7 @@ class FinalMap:
     """The complete map, its top patches (boxes int64 [n, 4] (x0, y0, x1, y1) level-0 px,
     scores [n]) or None, the store, and whether its features were computed by this run."""
 
-    heatmap: MapData
+    heatmap: Heatmap
     store: StoreSummary
     top_patches: tuple[np.ndarray, np.ndarray] | None
     store_path: Path | None
@@ -154,5 +124,5 @@ class Classified:
     """A classification, each class's attention map, and the features' store."""
 
     classification: ClassScores
-    heatmaps: dict[str, MapData]
+    heatmaps: dict[str, Heatmap]
     store: StoreSummary

@@ -1,10 +1,13 @@
 """`napari-medvl-demo`: the demo scene shown in napari, or written as files without a display.
 
 Runs :func:`medvl_engine.demo.build_scene` (synthetic slide + mammogram pair, demo models),
-then opens one viewer for the slide and one for the mammograms with the widgets docked. On a
-machine without a display (or with ``MEDVL_HEADLESS`` set, or ``--headless``) it writes the
-same files as ``medvl demo``; under a virtual display (xvfb-run) it also saves screenshots of
-the viewers instead of waiting on a window nobody can see.
+then opens one viewer for the slide and one for the mammograms with the widgets docked (the
+heatmap dock is given the model's name and the feature store the demo wrote, so its new
+prompts run in the model process; see :mod:`._demo_viewer`). The scene itself is computed
+here, before any viewer opens. On a machine without a display (or with ``MEDVL_HEADLESS``
+set, or ``--headless``) it writes the same files as ``medvl demo``; under a virtual display
+(xvfb-run) it also saves screenshots of the viewers instead of waiting on a window nobody
+can see.
 """
 
 from __future__ import annotations

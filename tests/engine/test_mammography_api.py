@@ -136,8 +136,11 @@ def _assert_same(a, b):
 
 
 def test_evaluation_cli_and_dock_give_the_same_numbers_on_the_demo_breasts(
-    tmp_path, demo_records, capsys
+    tmp_path, demo_records, capsys, monkeypatch
 ):
+    # the dock's job in this process's threads (its model process has its own test,
+    # tests/plugin/test_topk_worker_process.py): the same torch threads as the evaluation
+    monkeypatch.setenv("MEDVL_MODEL_PROCESS", "0")
     model = load_topksiglip(DEMO)
     k = evaluated_k(DEMO)
     assert k == model.config.k == 4  # the demo recipe evaluates at its training K

@@ -1,4 +1,5 @@
-"""Segment-by-prompts dock in a real viewer (Xvfb): one tissue-map labels layer and the areas."""
+"""Segment-by-prompts dock in a real viewer (Xvfb): the tissue-map labels layer, its outlines,
+the legend and the areas, a changed class list, and areas that follow a painted map."""
 
 from __future__ import annotations
 
@@ -52,6 +53,64 @@ def test_segmentation_maps_the_slide_and_lists_areas(
     lines = widget.table.value.splitlines()
     assert [line.split()[0] for line in lines] == ["tumor", "stroma", "adipose", "uncertain"]
     assert widget.controls.status.value.endswith(f"({DEMO_NOTICE})")
+    # the outlines: one closed path per ring of each region, in the slide's um, its colours
+    shapes = viewer.layers[f"regions: {small_slide.path.name}"]
+    assert len(shapes.data) == sum(len(region.rings) for region in reference.regions) > 0
+    first = reference.regions[0]
+    np.testing.assert_allclose(shapes.data[0], first.rings_um[0][:, ::-1], atol=1e-6)
+    colour = np.array([*class_colors(3)[first.label - 1], 255]) / 255
+    np.testing.assert_allclose(shapes.edge_color[0], colour, atol=1e-6)
+    assert shapes.features["class"][0] == first.name
+    assert [name for name, _ in widget.legend.entries()] == [
+        "tumor",
+        "stroma",
+        "adipose",
+        "uncertain",
+    ]
+    assert widget.legend.entries()[0][1] == class_colors(3)[0]
+
+    # a changed class list: the features stay, only the new class's text is encoded
+    widget.classes.value = "adipose=adipose tissue, fat\ntumor=carcinoma\nnecrosis"
+    assert widget.run() is not None
+    wait_for_runner(qtbot, widget.runner, 120_000)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    changed = segment(
+        small_slide.path,
+        {
+            "adipose": ("adipose", "adipose tissue", "fat"),
+            "tumor": ("tumor", "carcinoma"),
+            "necrosis": ("necrosis",),
+        },
+        widget.cache.encoders["medvl-demo"],
+        templates="none",
+    )
+    np.testing.assert_array_equal(layer.data, changed.class_map.labels)
+    assert viewer.layers[layer.name] is layer  # updated in place
+    assert [name for name, _ in widget.legend.entries()][:3] == ["adipose", "tumor", "necrosis"]
+    assert len(widget.cache.stores) == 1
+
+    # painting a tissue cell "tumor" moves its area into the tumor row of the table
+    tissue_cells = np.argwhere((layer.data > 0) & (layer.data != 2))
+    row, col = tissue_cells[0]
+    before = {r["class"]: r["area_um2"] for r in widget.last_outcome.result.table}
+    cell_um2 = widget.last_outcome.result.class_map.cell_areas_px2()[row, col] * 0.25
+    painted_from = widget.last_outcome.result.class_map.label_names[layer.data[row, col]]
+    layer.data_setitem((np.array([row]), np.array([col])), 2)  # label 2: tumor in this list
+    qtbot.waitUntil(
+        lambda: widget.controls.status.value.startswith("Areas recounted"), timeout=10_000
+    )
+    after = {r["class"]: r["area_um2"] for r in widget.last_outcome.result.table}
+    assert after["tumor"] == pytest.approx(before["tumor"] + cell_um2)
+    assert after[painted_from] == pytest.approx(before[painted_from] - cell_um2)
+    assert widget.table.value.splitlines()[1].split()[0] == "tumor"
+    assert layer.metadata["segmentation"] is widget.last_outcome.result
+
+    recounts = widget.presenter.edits
+    layer.undo()  # napari says no "paint" on an undo; the table follows the cells all the same
+    qtbot.waitUntil(lambda: widget.presenter.edits > recounts, timeout=10_000)
+    wait_for_runner(qtbot, widget.presenter.recounts, 10_000)
+    undone = {r["class"]: r["area_um2"] for r in widget.last_outcome.result.table}
+    assert undone == pytest.approx(before)
 
     widget.classes.value = "tumor"
     assert widget.run() is None  # one class: refused in one sentence, nothing started

@@ -9,13 +9,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from medvl_engine.cli._heatmap_dicom import (
+    DICOM_KINDS,
+    DICOM_SUFFIXES,
+    PYRAMID_LEVEL_NAMES,
+    add_dicom_arguments,
+    check_dicom_options,
+    dicom_heatmap_outputs,
+    dicomize_for_outputs,
+    top_annotations_path,
+    write_dicom_heatmap,
+)
+
 __all__ = [
+    "DICOM_KINDS",
     "DICOM_SUFFIXES",
+    "PYRAMID_LEVEL_NAMES",
+    "add_dicom_arguments",
     "add_feature_arguments",
     "add_output_arguments",
     "add_rendering_arguments",
     "check_dicom_heatmap_outputs",
     "dicom_heatmap_outputs",
+    "dicomize_for_outputs",
     "feature_options",
     "open_checked_slide",
     "print_model_notice",
@@ -25,9 +41,6 @@ __all__ = [
     "top_annotations_path",
     "write_outputs",
 ]
-
-DICOM_SUFFIXES = (".dcm",)
-"""Heatmap outputs written as DICOM (a Parametric Map; DICOM whole-slide images only)."""
 
 
 def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,9 +78,25 @@ def open_checked_slide(args: argparse.Namespace) -> Any:
             "--coords and --patch-size-level0 describe a .h5/.pt file given with --features; "
             "add --features FILE or leave them out."
         )
+    _local_slide(args)
     slide = open_slide(args.slide)
     print_reader_notes(slide)
     return slide
+
+
+def _local_slide(args: argparse.Namespace) -> None:
+    """A ``dicomweb://`` slide (a series on a PACS, or a study with one) is retrieved into the
+    cache and ``args.slide`` becomes its level-0 file; a local slide is left as it is.
+    (argparse's Path keeps one slash after the scheme: ``dicomweb:/HOST:PORT/...``.)"""
+    import re
+
+    from medvl_engine.io.dicomweb import fetch_slide, is_dicomweb_reference
+
+    text = re.sub(r"^([A-Za-z]+):/(?!/)", r"\1://", str(args.slide))
+    if is_dicomweb_reference(text) and not Path(str(args.slide)).exists():
+        from medvl_engine.cli._dicomweb import timeout_of
+
+        args.slide = fetch_slide(text, timeout_of(args))
 
 
 def feature_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -179,11 +208,20 @@ def add_rendering_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: Any) -> list[Path]:
+def write_outputs(
+    args: argparse.Namespace,
+    heatmap: Any,
+    layout: Any,
+    slide: Any,
+    *,
+    dicom_source: Path | None = None,
+) -> list[Path]:
     """Write ``heatmap`` to every ``--out`` file (plus ``--top`` boxes) and print each path.
 
     ``layout`` is the feature store or saved patch layout the heatmap's patches come from
-    (coords (x, y), level-0 px); ``slide`` is the open slide or None (no PNG/JPEG backdrop).
+    (coords (x, y), level-0 px); ``slide`` is the open slide or None (no PNG/JPEG backdrop);
+    ``dicom_source`` the DICOM series the ``.dcm`` outputs reference in its stead (the
+    slide's conversion, see :func:`dicomize_for_outputs`). Returns the paths written.
     """
     from medvl_engine.common.atomic import atomic_group
     from medvl_engine.export import export_heatmap
@@ -196,7 +234,17 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
     with atomic_group():  # the outputs are renamed into place together, once all are written
         for out in args.out:
             if out.suffix.lower() in DICOM_SUFFIXES:
-                written.extend(_write_dicom_heatmap(out, heatmap, slide, boxes, box_scores))
+                written.extend(
+                    write_dicom_heatmap(
+                        out,
+                        heatmap,
+                        slide if dicom_source is None else dicom_source,
+                        boxes,
+                        box_scores,
+                        pyramid=bool(getattr(args, "pyramid", False)),
+                        kind=getattr(args, "dicom_kind", "pmap"),
+                    )
+                )
                 continue
             written.append(out)
             export_heatmap(
@@ -221,65 +269,12 @@ def write_outputs(args: argparse.Namespace, heatmap: Any, layout: Any, slide: An
     return written
 
 
-def dicom_heatmap_outputs(args: argparse.Namespace) -> list[Path]:
-    """The files the ``.dcm`` outputs of ``args.out`` write beside themselves: the
-    ``<stem>_top.dcm`` bulk annotations when ``--top`` gives boxes."""
-    if args.top <= 0:
-        return []
-    return [top_annotations_path(out) for out in args.out if out.suffix.lower() in DICOM_SUFFIXES]
-
-
-def top_annotations_path(out: Path) -> Path:
-    """``<stem>_top.dcm`` beside the Parametric Map ``out``: the top patches' annotations."""
-    return out.with_name(f"{out.stem}_top{out.suffix}")
-
-
 def check_dicom_heatmap_outputs(args: argparse.Namespace) -> None:
-    """Before any work: refuse ``.dcm`` outputs for a slide that is not a DICOM WSI, or when
-    highdicom is missing (one sentence each)."""
-    outputs = [out for out in args.out if out.suffix.lower() in DICOM_SUFFIXES]
-    if not outputs:
-        return
-    from medvl_engine.export.dicom import require_highdicom
-    from medvl_engine.export.dicom.wsi_source import require_dicom_slide
-
-    for out in outputs:
-        require_dicom_slide(args.slide, out)
-    require_highdicom()
-
-
-def _write_dicom_heatmap(
-    out: Path, heatmap: Any, slide: Any, boxes: Any, box_scores: Any
-) -> list[Path]:
-    """The heatmap as a Parametric Map at ``out`` and, with boxes, the top patches as
-    Microscopy Bulk Simple Annotations beside it."""
-    from medvl_engine.export.dicom import (
-        write_heatmap_parametric_map,
-        write_top_patches_annotations,
-    )
-
-    if slide is None:
-        from medvl_engine.errors import ExportError
-
-        raise ExportError(
-            f"Cannot write {out.name}: a DICOM output needs the DICOM slide the map was "
-            "computed on; pass it with --slide.",
-            out,
-        )
-    written = [write_heatmap_parametric_map(out, heatmap, slide)]
-    if boxes is not None and len(boxes):
-        written.append(
-            write_top_patches_annotations(
-                top_annotations_path(out),
-                boxes,
-                box_scores,
-                slide,
-                prompt=getattr(heatmap, "prompt", ""),
-                mode=getattr(heatmap, "mode", "cosine"),
-                model=(getattr(heatmap, "metadata", None) or {}).get("encoder"),
-            )
-        )
-    return written
+    """Before any work: the ``.dcm`` outputs and their options are possible for this slide
+    (see :func:`medvl_engine.cli._heatmap_dicom.check_dicom_options`)."""
+    if any(out.suffix.lower() in DICOM_SUFFIXES for out in args.out):
+        _local_slide(args)  # a slide on a PACS: checked as the files retrieved from it
+    check_dicom_options(args)
 
 
 def print_model_notice(args: argparse.Namespace, model: Any = None) -> None:

@@ -7,11 +7,13 @@ from pathlib import Path
 
 from medvl_engine.cli._pathology import (
     DICOM_SUFFIXES,
+    add_dicom_arguments,
     add_feature_arguments,
     add_output_arguments,
     add_rendering_arguments,
     check_dicom_heatmap_outputs,
     dicom_heatmap_outputs,
+    dicomize_for_outputs,
     feature_options,
     open_checked_slide,
     report_features,
@@ -21,7 +23,7 @@ from medvl_engine.prompts import MODES, NORMALIZATIONS, check_prompts
 
 HELP = (
     "score text prompts on a slide and write the heatmap (GeoJSON, PNG/JPEG, TIFF, npz, CSV; "
-    "DICOM for a DICOM slide)"
+    "DICOM for a DICOM slide, or any slide with --dicomize)"
 )
 
 __all__ = ["HELP", "add_arguments", "run"]
@@ -54,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.01, help="softmax temperature")
     parser.add_argument("--smooth", type=float, default=0.0, help="Gaussian sigma in cells")
     add_rendering_arguments(parser)
+    add_dicom_arguments(parser)
     parser.add_argument(
         "--templates",
         default="none",
@@ -109,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         report_features(args, result.store, result.model, result.extracted)
-        written = write_outputs(args, result.heatmap, result.store, slide)
-    send_written(written, target, timeout_of(args))
+        converted = dicomize_for_outputs(args)  # the DICOM series the .dcm outputs reference
+        if converted is not None:
+            print(converted)
+        written = write_outputs(args, result.heatmap, result.store, slide, dicom_source=converted)
+    series = sorted(converted.glob("*.dcm")) if converted is not None else []
+    send_written([*series, *written], target, timeout_of(args))
     return 0

@@ -1,5 +1,7 @@
 """`medvl segment SLIDE --preset NAME | --class "tumor=tumour,carcinoma" ... --out FILE...`:
-a tissue map by prompts, its regions (QuPath GeoJSON), areas (CSV) and a picture (PNG)."""
+a tissue map by prompts, its regions (QuPath GeoJSON), areas (CSV) and a picture (PNG); for
+a DICOM whole-slide image also DICOM (``.dcm``: a Segmentation of the map, bulk annotations
+of the regions, or both, as ``--dicom-kind`` says)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from pathlib import Path
 
 from medvl_engine.cli._pathology import add_feature_arguments
 
-HELP = "map tissue classes given by prompts: regions (GeoJSON), areas (CSV), class map (PNG)"
+HELP = (
+    "map tissue classes given by prompts: regions (GeoJSON), areas (CSV), class map (PNG); "
+    "DICOM Segmentation or annotations for a DICOM slide"
+)
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -68,7 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         type=Path,
         default=None,
-        help="output file (.geojson regions, .csv areas, .png class map); repeat for several",
+        help="output file (.geojson regions, .csv areas, .png class map, .dcm DICOM for a DICOM "
+        "slide, see --dicom-kind); repeat for several",
+    )
+    parser.add_argument(
+        "--dicom-kind",
+        choices=("seg", "ann", "both"),
+        default="seg",
+        help="what a .dcm output holds: seg, a Segmentation of the class map (one segment per "
+        "class); ann, bulk annotations of the regions (one group per class, polygons with "
+        "their area); both, the Segmentation and the annotations beside it as <stem>_ann.dcm",
     )
     parser.add_argument("--max-size", type=int, default=2048, help="longest side of the PNG")
     parser.add_argument("--json", action="store_true", help="print the area table as JSON")
@@ -107,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         report_features,
     )
     from medvl_engine.common.atomic import atomic_group
+    from medvl_engine.export.dicom.wsi_segment import DICOM_SUFFIXES, export_segmentation_dicom
     from medvl_engine.export.regions import export_segmentation
     from medvl_engine.pathology import segment
 
@@ -126,11 +141,17 @@ def run(args: argparse.Namespace) -> int:
         report_features(args, result.store, result.model, result.extracted)
         for note in result.notes:
             print(f"medvl: note: {note}", file=sys.stderr)
+        written = []
         with atomic_group():
             for out in outs:
-                export_segmentation(out, result, slide, max_size=args.max_size)
+                if out.suffix.lower() in DICOM_SUFFIXES:
+                    written.extend(
+                        export_segmentation_dicom(out, result, slide, kind=args.dicom_kind)
+                    )
+                else:
+                    written.append(export_segmentation(out, result, slide, max_size=args.max_size))
     _print_table(result.table, args.json)
-    for out in outs:
+    for out in written:
         print(out)
     print_model_notice(args, result.model)
     return 0
@@ -138,21 +159,38 @@ def run(args: argparse.Namespace) -> int:
 
 def _checked_outputs(args: argparse.Namespace) -> list[Path]:
     from medvl_engine.errors import ConfigError
+    from medvl_engine.export.dicom.wsi_segment import DICOM_SUFFIXES, annotations_path
     from medvl_engine.export.input_guard import check_outputs_spare_inputs
     from medvl_engine.export.regions import REGION_SUFFIXES
 
     outs = list(args.out or [])
+    suffixes = (*REGION_SUFFIXES, *DICOM_SUFFIXES)
     for out in outs:
-        if out.suffix.lower() not in REGION_SUFFIXES:
+        if out.suffix.lower() not in suffixes:
             raise ConfigError(
                 f"Output {out.name} has an unknown type '{out.suffix}'; use one of "
-                f"{', '.join(REGION_SUFFIXES)}."
+                f"{', '.join(suffixes)}."
             )
+    dicom = [out for out in outs if out.suffix.lower() in DICOM_SUFFIXES]
+    beside = [annotations_path(out) for out in dicom] if args.dicom_kind == "both" else []
     inputs = [args.slide, args.features, args.coords]
     if args.templates not in ("conch", "none"):
         inputs.append(Path(args.templates))
-    check_outputs_spare_inputs(outs, inputs)
+    check_outputs_spare_inputs([*outs, *beside], inputs)
+    if dicom:
+        _check_dicom_slide(args.slide, dicom)
     return outs
+
+
+def _check_dicom_slide(slide: Path, outputs: list[Path]) -> None:
+    """Before any work: refuse ``.dcm`` outputs for a slide that is not a DICOM WSI, or
+    without highdicom (one sentence each)."""
+    from medvl_engine.export.dicom.common import require_highdicom
+    from medvl_engine.export.dicom.wsi_source import require_dicom_slide
+
+    for out in outputs:
+        require_dicom_slide(slide, out, remedy="write the regions as GeoJSON, CSV or PNG instead")
+    require_highdicom()
 
 
 def _print_table(table: list[dict[str, object]], as_json: bool) -> None:

@@ -29,7 +29,16 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class UnitInterval:
+class _Record:
+    """What the interval records share: their fields as plain JSON-ready values."""
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        """Plain JSON-ready values, in field order."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class UnitInterval(_Record):
     """A metric with its percentile-bootstrap interval over ``n_units`` resampled units."""
 
     value: float
@@ -41,20 +50,13 @@ class UnitInterval:
     n_resamples: int
     level: float
 
-    def as_dict(self) -> dict[str, float | int | str]:
-        """Plain JSON-ready values."""
-        return asdict(self)
-
     def describe(self) -> str:
         """``0.812 [0.790, 0.833] (bootstrap over 400 breasts)``."""
-        return (
-            f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}] "
-            f"(bootstrap over {self.n_units} {_plural(self.unit, self.n_units)})"
-        )
+        return _describe(self.value, self, ".3f", "bootstrap")
 
 
 @dataclass(frozen=True)
-class PairedDifference:
+class PairedDifference(_Record):
     """``difference = model - baseline`` with its paired-bootstrap interval over units."""
 
     model: float
@@ -68,16 +70,18 @@ class PairedDifference:
     n_resamples: int
     level: float
 
-    def as_dict(self) -> dict[str, float | int | str]:
-        """Plain JSON-ready values."""
-        return asdict(self)
-
     def describe(self) -> str:
         """``+0.112 [+0.085, +0.140] (paired bootstrap over 400 breasts)``."""
-        return (
-            f"{self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}] "
-            f"(paired bootstrap over {self.n_units} {_plural(self.unit, self.n_units)})"
-        )
+        return _describe(self.difference, self, "+.3f", "paired bootstrap")
+
+
+def _describe(center: float, record: UnitInterval | PairedDifference, spec: str, kind: str) -> str:
+    """``center [low, high] (<kind> over <n_units> <units>)``, the figures formatted by ``spec``."""
+    n_units = record.n_units
+    return (
+        f"{center:{spec}} [{record.low:{spec}}, {record.high:{spec}}] "
+        f"({kind} over {n_units} {_plural(record.unit, n_units)})"
+    )
 
 
 def _plural(unit: str, count: int) -> str:
@@ -159,6 +163,31 @@ def _check_rows(columns: Sequence[np.ndarray]) -> int:
     return count
 
 
+def _resample(
+    index: _UnitIndex,
+    score: Callable[[np.ndarray], float],
+    n_resamples: int,
+    seed: int,
+    level: float,
+) -> tuple[float, float, float]:
+    """``(low, high, std)`` of ``score(rows)`` over ``n_resamples`` clustered resamples.
+
+    The resamples are drawn in order from one ``default_rng(seed)`` (:meth:`_UnitIndex.draw`,
+    rows ``[n']``); one on which ``score`` raises ``ValueError`` (the metric is undefined) is
+    skipped, its draw spent all the same. ``low`` / ``high`` are the ``(1 -/+ level) / 2``
+    percentiles of the kept scores, ``std`` their standard deviation (all NaN when none is kept).
+    """
+    rng = np.random.default_rng(seed)
+    values: list[float] = []
+    for _ in range(n_resamples):
+        rows = index.draw(rng)
+        try:
+            values.append(score(rows))
+        except ValueError:
+            continue
+    return _quantiles(values, level)
+
+
 def _quantiles(values: list[float], level: float) -> tuple[float, float, float]:
     if not values:
         return float("nan"), float("nan"), float("nan")
@@ -187,15 +216,11 @@ def unit_bootstrap(
     columns = _columns(arrays)
     index = _UnitIndex(units, _check_rows(columns))
     point = float(metric(*columns))
-    rng = np.random.default_rng(seed)
-    values: list[float] = []
-    for _ in range(n_resamples):
-        rows = index.draw(rng)
-        try:
-            values.append(float(metric(*(c[rows] for c in columns))))
-        except ValueError:
-            continue
-    low, high, std = _quantiles(values, level)
+
+    def score(rows: np.ndarray) -> float:
+        return float(metric(*(c[rows] for c in columns)))
+
+    low, high, std = _resample(index, score, n_resamples, seed, level)
     return UnitInterval(point, low, high, std, index.n_units, unit, n_resamples, level)
 
 
@@ -228,17 +253,12 @@ def paired_bootstrap(
     index = _UnitIndex(units, count)
     other = metric if baseline_metric is None else baseline_metric
     model_value, baseline_value = float(metric(*left)), float(other(*right))
-    rng = np.random.default_rng(seed)
-    values: list[float] = []
-    for _ in range(n_resamples):
-        rows = index.draw(rng)
-        try:
-            a = float(metric(*(c[rows] for c in left)))
-            b = float(other(*(c[rows] for c in right)))
-        except ValueError:
-            continue
-        values.append(a - b)
-    low, high, std = _quantiles(values, level)
+
+    def difference(rows: np.ndarray) -> float:
+        model_score = float(metric(*(c[rows] for c in left)))
+        return model_score - float(other(*(c[rows] for c in right)))
+
+    low, high, std = _resample(index, difference, n_resamples, seed, level)
     return PairedDifference(
         model_value,
         baseline_value,

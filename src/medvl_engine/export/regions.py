@@ -8,6 +8,8 @@ imports them, plus the model (and the demo notice for a demo model). The collect
 ``"medvl"`` object names the model, the classes and their names, the templates and the
 area table. The CSV has one row per class and "uncertain"; the PNG shows the classes over
 the slide with a legend of colours and shares of tissue. Every file is written atomically.
+For a DICOM whole-slide image, :mod:`medvl_engine.export.dicom.wsi_segment` writes the same
+result as DICOM.
 """
 
 from __future__ import annotations

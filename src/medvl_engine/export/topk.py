@@ -30,7 +30,7 @@ from medvl_engine.errors import ExportError
 from medvl_engine.export.image import with_footer
 
 if TYPE_CHECKING:
-    from medvl_engine.models.topksiglip_inference import TopKResult
+    from medvl_engine.models.topksiglip_results import TopKResult
 
 __all__ = [
     "TOPK_PNG_SIDE",

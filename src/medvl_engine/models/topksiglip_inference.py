@@ -9,7 +9,9 @@ with it (a batch of 8 and a batch of 1 differ in the last bits of the embedding)
 :func:`medvl_engine.tasks.topksiglip.evaluation.collect_outputs`: the same breast gives the
 same boxes, scores, importance map, embedding and readouts, to the last bit.
 
-:func:`predict_topk` then maps one breast's K boxes back to each source view's pixels.
+:func:`predict_topk` then maps one breast's K boxes back to each source view's pixels; its
+:class:`TopKResult` is defined, torch-free, in :mod:`medvl_engine.models.topksiglip_results`
+(and still importable from here).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 
 from medvl_engine.errors import ConfigError
 from medvl_engine.models.topksiglip import TopKSigLIP
+from medvl_engine.models.topksiglip_results import TopKResult
 
 __all__ = [
     "BreastLike",
@@ -160,36 +163,6 @@ def score_breasts(
         zero_shot={task: np.concatenate(rows) for task, rows in probabilities.items()},
         k=chosen or int(model.config.k),
     )
-
-
-@dataclass
-class TopKResult:
-    """Top-K patches of one breast image, in each source view's own pixels.
-
-    boxes: ``{"CC": [M, 4], "MLO": [M', 4]}`` ``(x0, y0, x1, y1)`` source px of that view;
-    ranks / scores: matching ``{"CC": [M], ...}`` (rank 1 = first sampled; score = the
-    Plackett-Luce first-draw probability ``w_n / sum w``); breast_boxes ``[K, 4]`` in breast-image
-    px, in rank order; importance ``[G, G]`` float32 = ``w / sum w`` on the candidate grid;
-    cell_bounds ``[G + 1]`` float64: edges of the importance cells in breast-image px, the same
-    on both axes (cell (r, c) covers x in ``[b[c], b[c + 1])``, y in ``[b[r], b[r + 1])``; the
-    outer cells are wider, see :meth:`PatchGeometry.cell_bounds`); zero_shot:
-    ``{task: {class: probability}}`` from the paper's prompts; embedding ``[C]``; k: the
-    patches selected; image_size: the side S of the breast image the model scored;
-    evaluated_k: the K the model was evaluated with (None when not known).
-    """
-
-    boxes: dict[str, np.ndarray]
-    ranks: dict[str, np.ndarray]
-    scores: dict[str, np.ndarray]
-    breast_boxes: np.ndarray
-    breast_scores: np.ndarray
-    importance: np.ndarray
-    cell_bounds: np.ndarray
-    zero_shot: dict[str, dict[str, float]]
-    embedding: np.ndarray
-    k: int | None = None
-    image_size: int | None = None
-    evaluated_k: int | None = None
 
 
 def _view_of(box: np.ndarray, size: int) -> str:

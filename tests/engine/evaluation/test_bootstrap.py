@@ -76,3 +76,64 @@ def test_ragged_rows_and_length_mismatch() -> None:
         paired_bootstrap(auroc, ([0, 1], [0.1, 0.2]), ([0, 1, 1], [0.1, 0.2, 0.3]))
     with pytest.raises(ValueError, match="units must be"):
         unit_bootstrap(np.mean, [1.0, 2.0], units=[1, 2, 3])
+
+
+# Twelve breasts, two per patient; a resample with one class only is skipped (AUROC undefined).
+PIN_LABELS = np.array([0, 1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 0])
+PIN_MODEL = np.array([0.1, 0.9, 0.35, 0.7, 0.55, 0.2, 0.8, 0.6, 0.3, 0.4, 0.95, 0.05])
+PIN_BASELINE = np.array([0.3, 0.6, 0.5, 0.4, 0.45, 0.1, 0.7, 0.65, 0.2, 0.35, 0.5, 0.25])
+PIN_PATIENTS = np.repeat(np.arange(6), 2)
+
+
+def test_intervals_are_pinned_to_the_bit() -> None:
+    # values printed by this release: the draws of a seed and their order must never change
+    case = unit_bootstrap(auroc, PIN_LABELS, PIN_MODEL, n_resamples=200, seed=7)
+    assert (case.value, case.low, case.high, case.std) == (
+        0.9444444444444444,
+        0.7700000000000002,
+        1.0,
+        0.0758472725077148,
+    )
+    assert case.describe() == "0.944 [0.770, 1.000] (bootstrap over 12 cases)"
+    patients = unit_bootstrap(
+        auroc, PIN_LABELS, PIN_MODEL, units=PIN_PATIENTS, unit="patient", n_resamples=200, seed=7
+    )
+    assert (patients.low, patients.high, patients.std) == (
+        0.8319444444444447,
+        1.0,
+        0.05347420631239646,
+    )
+    assert patients.describe() == "0.944 [0.832, 1.000] (bootstrap over 6 patients)"
+    paired = paired_bootstrap(
+        auroc,
+        (PIN_LABELS, PIN_MODEL),
+        (PIN_LABELS, PIN_BASELINE),
+        unit="breast",
+        n_resamples=200,
+        seed=7,
+    )
+    expected = {
+        "model": 0.9444444444444444,
+        "baseline": 0.7638888888888888,
+        "difference": 0.18055555555555558,
+        "low": 0.0,
+        "high": 0.4721428571428573,
+        "std": 0.1298820487922106,
+        "n_units": 12,
+        "unit": "breast",
+        "n_resamples": 200,
+        "level": 0.95,
+    }
+    assert paired.as_dict() == expected
+    assert list(paired.as_dict()) == list(expected)  # the key order of written JSON
+    assert paired.describe() == "+0.181 [+0.000, +0.472] (paired bootstrap over 12 breasts)"
+    clustered = paired_bootstrap(
+        auroc,
+        (PIN_LABELS, PIN_MODEL),
+        (PIN_LABELS, PIN_BASELINE),
+        units=PIN_PATIENTS,
+        n_resamples=200,
+        seed=7,
+    )
+    assert (clustered.low, clustered.high, clustered.std) == (0.0, 0.5, 0.13549390603466588)
+    assert clustered.describe() == "+0.181 [+0.000, +0.500] (paired bootstrap over 6 cases)"

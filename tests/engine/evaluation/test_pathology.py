@@ -7,6 +7,7 @@ every expected number is computed here from the definitions.
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict
 
 import numpy as np
@@ -21,11 +22,14 @@ from medvl_engine.tasks.limit.evaluation import (
     organ_mean_bootstrap,
     patch_template_synonym_robustness,
     random_patch_pool,
+    score_zero_shot,
     synonym_class_names,
     table_weights,
     template_synonym_robustness,
+    zero_shot_predictions,
     zero_shot_slides,
 )
+from medvl_engine.tasks.limit.evaluation.slides import PredictionSettings
 
 PROMPT_DIMS = {
     "breast tumor": 0,
@@ -273,6 +277,41 @@ def test_random_pooling_is_the_mean_of_seeded_trials_of_random_patches():
     assert whole["overall"]["balanced_accuracy"] == mean["overall"]["balanced_accuracy"]
 
 
+def test_zero_shot_slides_is_the_score_of_the_predictions_with_every_setting():
+    seen: list[str] = []
+
+    def encode(texts: list[str]) -> torch.Tensor:  # any prompt: a fixed vector of its letters
+        seen.extend(texts)
+        codes = torch.tensor([sum(map(ord, t)) % 13 + 1.0 for t in texts])
+        return torch.sin(codes[:, None] * torch.arange(1.0, len(PROMPT_DIMS) + 1))
+
+    settings: PredictionSettings = {
+        "template": "{class} in {tissue}",
+        "tissue_names": {"lung": "pulmonary tissue"},
+        "class_names": {"fat": "adipose"},
+        "pooling": "random",
+        "k": 2,
+        "normalize_features": False,
+        "random_trials": 3,
+        "random_patches": 2,
+    }
+    result = zero_shot_slides(
+        _slides(), CLASSES, encode, 0.05, seed=7, group_single_label=False, **settings
+    )
+    assert "adipose in pulmonary tissue" in seen
+    rows = zero_shot_predictions(
+        _slides(), CLASSES, encode, 0.05, seed=7, group_single_label=False, **settings
+    )
+    assert len(rows) == 3  # random_trials
+    assert result == score_zero_shot(rows, CLASSES, seed=7, group_single_label=False)
+    # the settings zero_shot_slides passes on are all of zero_shot_predictions' own, less the
+    # three it shares with scoring and the per-slide seeds it never takes
+    parameters = inspect.signature(zero_shot_predictions).parameters.values()
+    own = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    shared = {"seed", "group_single_label", "single_label_group", "slide_seeds"}
+    assert set(PredictionSettings.__optional_keys__) == set(own) - shared
+
+
 def test_synonyms_replace_whole_words_only():
     names = ["tumor", "Malignant neoplasm of breast", "adenocarcinoma", "fat"]
     renamed = synonym_class_names(names, CANCER_SYNONYMS, "malignancy")
@@ -286,20 +325,30 @@ def test_synonyms_replace_whole_words_only():
     assert len(ROBUSTNESS_TEMPLATES) == 3
 
 
-def test_robustness_scores_every_template_and_synonym_pair():
-    seen: list[str] = []
+def _encode_by_words(
+    seen: list[str], rules: list[tuple[tuple[str, ...], list[float]]], otherwise: list[float]
+):
+    """An encoder that records its prompts: the vector of the first rule whose words are all
+    in the prompt, else ``otherwise``."""
 
     def encode(texts: list[str]) -> torch.Tensor:
         seen.extend(texts)
-        rows = []
-        for text in texts:
-            if "fat" in text:
-                rows.append([0.0, 1.0, 0.0])
-            elif "malignancy" in text:
-                rows.append([-1.0, 0.0, 1.0])  # points away from tumor slides
-            else:
-                rows.append([1.0, 0.0, 0.0])
+        rows = [
+            next((v for words, v in rules if all(w in t for w in words)), otherwise) for t in texts
+        ]
         return torch.tensor(rows)
+
+    return encode
+
+
+def test_robustness_scores_every_template_and_synonym_pair():
+    seen: list[str] = []
+    encode = _encode_by_words(
+        seen,
+        # "malignancy" points away from tumor slides
+        [(("fat",), [0.0, 1.0, 0.0]), (("malignancy",), [-1.0, 0.0, 1.0])],
+        [1.0, 0.0, 0.0],
+    )
 
     def slide(dim: int, label: str) -> SlideExample:
         features = torch.zeros(3, 3)
@@ -338,18 +387,12 @@ def test_robustness_scores_every_template_and_synonym_pair():
 
 def test_patch_robustness_scores_every_pair_with_each_patch_tissue():
     seen: list[str] = []
-
-    def encode(texts: list[str]) -> torch.Tensor:
-        seen.extend(texts)
-        rows = []
-        for text in texts:
-            if "fat" in text:
-                rows.append([0.0, 1.0])
-            elif "carcinoma" in text and "lung" in text:
-                rows.append([-1.0, 0.0])  # lung tumor patches go to fat with this wording
-            else:
-                rows.append([1.0, 0.0])
-        return torch.tensor(rows)
+    encode = _encode_by_words(
+        seen,
+        # lung tumor patches go to fat with the wording "carcinoma"
+        [(("fat",), [0.0, 1.0]), (("carcinoma", "lung"), [-1.0, 0.0])],
+        [1.0, 0.0],
+    )
 
     features = torch.tensor([[1.0, 0.1], [0.9, 0.0], [1.0, 0.2], [0.1, 1.0]])
     labels = [0, 0, 0, 1]  # tumor, tumor, tumor, fat

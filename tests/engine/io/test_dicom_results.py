@@ -15,8 +15,12 @@ from medvl_engine.errors import CorruptFileError, UnsupportedFormatError
 from medvl_engine.io.dicom_results import describe_dicom_result, is_dicom_result, read_dicom_result
 from medvl_engine.io.dicom_results.geometry import SlideGeometry
 from tests.support.dicom_wsi import write_dicom_wsi
-
-EQUIPMENT = ("Other", "tool", "1", "1")  # manufacturer, model, software, serial
+from tests.support.highdicom_results import (
+    ALGORITHM,
+    annotation_group,
+    bulk_annotations,
+    segmentation,
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,38 +30,20 @@ def slide(tmp_path_factory) -> tuple[Path, pydicom.Dataset]:
     return level0, pydicom.dcmread(level0)
 
 
-def _segment(number: int, label: str) -> hd.seg.SegmentDescription:
-    return hd.seg.SegmentDescription(
-        segment_number=number,
-        segment_label=label,
-        segmented_property_category=codes.SCT.MorphologicallyAbnormalStructure,
-        segmented_property_type=codes.SCT.Neoplasm,
-        algorithm_type="AUTOMATIC",
-        algorithm_identification=hd.AlgorithmIdentificationSequence(
-            name="other-seg", family=codes.cid7162.ArtificialIntelligence, version="2"
-        ),
-    )
+@pytest.fixture(scope="module")
+def whole_seg(slide, tmp_path_factory) -> Path:
+    """A binary segmentation that covers the whole slide (300 x 400 px), saved."""
+    _, source = slide
+    path = tmp_path_factory.mktemp("seg") / "whole.dcm"
+    segmentation(source, np.ones((300, 400), bool), "all").save_as(path)
+    return path
 
 
 def test_binary_seg_on_the_full_grid_comes_back_pixel_for_pixel(slide, tmp_path):
     level0, source = slide
     mask = np.zeros((300, 400), bool)
     mask[10:50, 20:80] = True
-    seg = hd.seg.Segmentation(
-        [source],
-        mask,
-        "BINARY",
-        [_segment(1, "tumour")],
-        hd.UID(),
-        2,
-        hd.UID(),
-        1,
-        *EQUIPMENT,
-        tile_pixel_array=True,
-        dimension_organization_type="TILED_FULL",
-        omit_empty_frames=False,
-    )
-    seg.save_as(tmp_path / "seg.dcm")
+    segmentation(source, mask, "tumour").save_as(tmp_path / "seg.dcm")
     result = read_dicom_result(tmp_path / "seg.dcm", source=level0)
     (image,) = result.images
     assert (image.kind, image.name, image.origin, image.pixel_size) == (
@@ -67,7 +53,7 @@ def test_binary_seg_on_the_full_grid_comes_back_pixel_for_pixel(slide, tmp_path)
         (1, 1),
     )
     np.testing.assert_array_equal(image.values.astype(bool), mask)
-    assert result.algorithm == ["other-seg"]
+    assert result.algorithm == [ALGORITHM]
     assert result.placed_on == source.SOPInstanceUID
 
 
@@ -77,16 +63,11 @@ def test_fractional_seg_at_a_coarser_spacing_is_scaled_onto_level0(slide, tmp_pa
     coarse[5:10, 20:30] = 0.75
     spacing = 4 * 0.0005
     origin = source.TotalPixelMatrixOriginSequence[0]
-    seg = hd.seg.Segmentation(
-        [source],
+    seg = segmentation(
+        source,
         coarse,
+        "stroma",
         "FRACTIONAL",
-        [_segment(1, "stroma")],
-        hd.UID(),
-        2,
-        hd.UID(),
-        1,
-        *EQUIPMENT,
         pixel_measures=hd.PixelMeasuresSequence(
             pixel_spacing=(spacing, spacing), slice_thickness=0.001
         ),
@@ -102,9 +83,6 @@ def test_fractional_seg_at_a_coarser_spacing_is_scaled_onto_level0(slide, tmp_pa
                 (1, 1),
             )
         ],
-        tile_pixel_array=True,
-        dimension_organization_type="TILED_FULL",
-        omit_empty_frames=False,
     )
     seg.save_as(tmp_path / "fractional.dcm")
     (image,) = read_dicom_result(tmp_path / "fractional.dcm", source=level0).images
@@ -121,31 +99,10 @@ def test_ann_in_slide_coordinates_lands_on_level0_pixels(slide, tmp_path):
     polygon = np.array([[30.0, 40.0], [90.0, 40.0], [60.0, 100.0]])
     point = np.array([[200.0, 150.0]])
     groups = [
-        hd.ann.AnnotationGroup(
-            number=1,
-            uid=hd.UID(),
-            label="nuclei",
-            annotated_property_category=codes.SCT.Tissue,
-            annotated_property_type=codes.SCT.Tissue,
-            graphic_type="POLYGON",
-            graphic_data=[geometry.to_slide(polygon)],
-            algorithm_type="MANUAL",
-        ),
-        hd.ann.AnnotationGroup(
-            number=2,
-            uid=hd.UID(),
-            label="mitoses",
-            annotated_property_category=codes.SCT.Tissue,
-            annotated_property_type=codes.SCT.Tissue,
-            graphic_type="POINT",
-            graphic_data=[geometry.to_slide(point)],
-            algorithm_type="MANUAL",
-        ),
+        annotation_group(1, "nuclei", "POLYGON", [geometry.to_slide(polygon)]),
+        annotation_group(2, "mitoses", "POINT", [geometry.to_slide(point)]),
     ]
-    ann = hd.ann.MicroscopyBulkSimpleAnnotations(
-        [source], "3D", groups, hd.UID(), 3, hd.UID(), 1, *EQUIPMENT
-    )
-    ann.save_as(tmp_path / "ann.dcm")
+    bulk_annotations(source, groups).save_as(tmp_path / "ann.dcm")
     shapes = {s.name: s for s in read_dicom_result(tmp_path / "ann.dcm", source=level0).shapes}
     assert shapes["nuclei"].shape_type == "polygon"
     np.testing.assert_allclose(shapes["nuclei"].shapes[0], polygon, atol=1e-6)
@@ -156,20 +113,9 @@ def test_ann_in_slide_coordinates_lands_on_level0_pixels(slide, tmp_path):
 def test_ann_in_slide_coordinates_without_its_source_says_so(slide, tmp_path):
     _, source = slide
     geometry = SlideGeometry.from_dataset(source)
-    group = hd.ann.AnnotationGroup(
-        number=1,
-        uid=hd.UID(),
-        label="region",
-        annotated_property_category=codes.SCT.Tissue,
-        annotated_property_type=codes.SCT.Tissue,
-        graphic_type="POLYGON",
-        graphic_data=[geometry.to_slide(np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]]))],
-        algorithm_type="MANUAL",
-    )
-    ann = hd.ann.MicroscopyBulkSimpleAnnotations(
-        [source], "3D", [group], hd.UID(), 3, hd.UID(), 1, *EQUIPMENT
-    )
-    ann.save_as(tmp_path / "alone.dcm")
+    triangle = geometry.to_slide(np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]]))
+    group = annotation_group(1, "region", "POLYGON", [triangle])
+    bulk_annotations(source, [group]).save_as(tmp_path / "alone.dcm")
     result = read_dicom_result(tmp_path / "alone.dcm")
     assert result.units == "um" and result.placed_on == ""
     assert any(
@@ -294,53 +240,21 @@ def test_an_image_is_not_a_result_and_says_so(slide):
         read_dicom_result(level0)
 
 
-def test_a_damaged_result_is_one_sentence(tmp_path, slide):
-    level0, source = slide
-    mask = np.ones((300, 400), bool)
-    seg = hd.seg.Segmentation(
-        [source],
-        mask,
-        "BINARY",
-        [_segment(1, "all")],
-        hd.UID(),
-        2,
-        hd.UID(),
-        1,
-        *EQUIPMENT,
-        tile_pixel_array=True,
-        dimension_organization_type="TILED_FULL",
-        omit_empty_frames=False,
-    )
-    seg.save_as(tmp_path / "whole.dcm")
+def test_a_damaged_result_is_one_sentence(tmp_path, slide, whole_seg):
+    level0, _ = slide
     damaged = tmp_path / "bad.dcm"
-    damaged.write_bytes((tmp_path / "whole.dcm").read_bytes()[:-4000])  # frames cut short
+    damaged.write_bytes(whole_seg.read_bytes()[:-4000])  # frames cut short
     with pytest.raises(CorruptFileError, match="^bad.dcm: ") as caught:
         read_dicom_result(damaged, source=level0)
     assert "\n" not in str(caught.value)
 
 
 def test_a_map_too_large_to_decode_is_refused_before_its_pixels_are_read(
-    slide, tmp_path, monkeypatch
+    slide, whole_seg, monkeypatch
 ):
-    level0, source = slide
-    mask = np.ones((300, 400), bool)
-    seg = hd.seg.Segmentation(
-        [source],
-        mask,
-        "BINARY",
-        [_segment(1, "all")],
-        hd.UID(),
-        2,
-        hd.UID(),
-        1,
-        *EQUIPMENT,
-        tile_pixel_array=True,
-        dimension_organization_type="TILED_FULL",
-        omit_empty_frames=False,
-    )
-    seg.save_as(tmp_path / "seg.dcm")
+    level0, _ = slide
     monkeypatch.setenv("MEDVL_MAX_DECODE_PIXELS", "1000")
     from medvl_engine.errors import ResourceLimitError
 
     with pytest.raises(ResourceLimitError, match="400 x 300 px"):
-        read_dicom_result(tmp_path / "seg.dcm", source=level0)
+        read_dicom_result(whole_seg, source=level0)

@@ -20,8 +20,10 @@ from medvl_engine.tasks.topksiglip.cohorts import stratified_subset
 from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
 from medvl_engine.tasks.topksiglip.evaluation import (
     MammoEvalOutputs,
+    fit_linear_probe,
     linear_probe_auroc,
     linear_probe_metrics,
+    probe_readouts,
 )
 from medvl_engine.tasks.topksiglip.task import build_task, report
 from medvl_engine.training import RunConfig, train
@@ -179,6 +181,48 @@ def test_linear_probe_keeps_the_best_validation_check():
     )
     last = linear_probe_auroc(x[:40], labels[:40], x[40:], labels[40:], 2, steps=200)
     assert last > 0.95 and selected < last
+
+
+def test_every_probe_setting_reaches_the_one_fit():
+    train_set, val, test = (
+        _separable(40, 0, False),
+        _separable(20, 1, False),
+        _separable(30, 2, False),
+    )
+    settings = {
+        "steps": 20,
+        "lr": 1e-2,
+        "weight_decay": 0.1,
+        "batch_size": 8,
+        "eval_every": 5,
+        "seed": 3,
+    }
+    train_known, val_known = train_set.known("cancer"), val.known("cancer")
+    probs = fit_linear_probe(
+        train_set.embeddings[torch.from_numpy(train_known)],
+        train_set.cancer[train_known].astype(int),
+        test.embeddings,
+        2,
+        val_x=val.embeddings[torch.from_numpy(val_known)],
+        val_y=val.cancer[val_known].astype(int),
+        **settings,
+    )
+    column = probe_readouts(train_set, val, test, **settings)[0]["probe_auroc_cancer"]
+    np.testing.assert_array_equal(column, probs[:, 1])  # the same fit, to the bit
+    # each setting changes the fit, so none is dropped on its way to it (without a validation
+    # set the last step is kept; with one, the check it keeps moves with eval_every)
+    last = probe_readouts(train_set, None, test, **settings)[0]["probe_auroc_cancer"]
+    for name, other in (
+        ("steps", 21),
+        ("lr", 2e-2),
+        ("weight_decay", 0.5),
+        ("batch_size", 9),
+        ("seed", 4),
+    ):
+        changed = probe_readouts(train_set, None, test, **{**settings, name: other})[0]
+        assert not np.array_equal(changed["probe_auroc_cancer"], last), name
+    checked = probe_readouts(train_set, val, test, **{**settings, "eval_every": 1})[0]
+    assert not np.array_equal(checked["probe_auroc_cancer"], column)
 
 
 def test_stratified_subset_is_seeded_and_keeps_each_stratum(tmp_path):

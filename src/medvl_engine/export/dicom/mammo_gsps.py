@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pydicom.dataset import Dataset
 
     from medvl_engine.io.mammo import Mammogram
-    from medvl_engine.mammography import BreastTopK
+    from medvl_engine.models.topksiglip_results import TopKRunSummary, TopKViewSource
 
 __all__ = ["PR_SERIES_NUMBER", "topk_presentation_state", "voi_transformations"]
 
@@ -55,7 +55,7 @@ def _lut_values(value: Any) -> np.ndarray:
     return np.asarray([value])
 
 
-def voi_transformations(reference: Dataset, view: Mammogram) -> list[Any] | None:
+def voi_transformations(reference: Dataset, view: Mammogram | TopKViewSource) -> list[Any] | None:
     """The Softcopy VOI LUT that reproduces what ``view`` was shown with, or None.
 
     ``view.voi`` is one of ``view.voi_choices`` (windows first, then VOI LUT Sequence items,
@@ -142,7 +142,7 @@ def _graphics(
 
 
 def topk_presentation_state(
-    run: BreastTopK,
+    run: TopKRunSummary,
     view_name: str,
     reference: Dataset,
     equipment: Equipment,
@@ -159,7 +159,7 @@ def topk_presentation_state(
         TextObject,
     )
 
-    view: Mammogram = run.cc if view_name == "CC" else run.mlo
+    view = run.cc if view_name == "CC" else run.mlo
     result = run.result
     boxes_layer = GraphicLayer(layer_name="TOPK", order=1, description="TopK-Patch boxes")
     notice_layer = GraphicLayer(layer_name="NOTICE", order=2, description="model")

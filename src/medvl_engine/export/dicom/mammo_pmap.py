@@ -36,7 +36,7 @@ from medvl_engine.export.dicom.common import Equipment, new_uid, private_code, s
 if TYPE_CHECKING:
     from pydicom.dataset import Dataset
 
-    from medvl_engine.mammography import BreastTopK
+    from medvl_engine.models.topksiglip_results import TopKRunSummary
 
 __all__ = ["PM_SERIES_NUMBER", "importance_on_view", "topk_parametric_map"]
 
@@ -54,7 +54,7 @@ def _cells(bounds: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(bounds, values, side="right") - 1, 0, grid - 1)
 
 
-def importance_on_view(run: BreastTopK, view: str) -> np.ndarray:
+def importance_on_view(run: TopKRunSummary, view: str) -> np.ndarray:
     """float32 ``[rows, columns]`` of source view ``view``: the importance of the grid cell
     each pixel centre falls in (see module docstring), 0 outside the view's crop."""
     result, breast = run.result, run.breast
@@ -92,7 +92,7 @@ def _spacing(reference: Dataset) -> tuple[float, float]:
 
 
 def topk_parametric_map(
-    run: BreastTopK,
+    run: TopKRunSummary,
     view: str,
     reference: Dataset,
     equipment: Equipment,

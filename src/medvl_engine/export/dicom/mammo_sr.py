@@ -43,7 +43,7 @@ from medvl_engine.export.dicom.mammo_codes import (
 if TYPE_CHECKING:
     from pydicom.dataset import Dataset
 
-    from medvl_engine.mammography import BreastTopK
+    from medvl_engine.models.topksiglip_results import TopKRunSummary
 
 __all__ = ["SR_SERIES_NUMBER", "box_polyline", "topk_sr"]
 
@@ -68,7 +68,7 @@ def _finding_site(laterality: str | None) -> Any:
     return FindingSite(anatomic_location=codes.SCT.Breast, laterality=side)
 
 
-def _roi_groups(run: BreastTopK, references: dict[str, Dataset], algorithm: Any) -> list[Any]:
+def _roi_groups(run: TopKRunSummary, references: dict[str, Dataset], algorithm: Any) -> list[Any]:
     import highdicom.sr as sr
     from pydicom.sr.codedict import codes
 
@@ -99,7 +99,7 @@ def _roi_groups(run: BreastTopK, references: dict[str, Dataset], algorithm: Any)
                 referenced_region=region,
                 finding_type=codes.DCM.SelectedRegion,
                 algorithm_id=algorithm,
-                finding_sites=[_finding_site(run.breast.laterality)],
+                finding_sites=[_finding_site(run.laterality)],
                 measurements=[
                     sr.Measurement(
                         name=private_code(*RANK_CONCEPT),
@@ -117,7 +117,9 @@ def _roi_groups(run: BreastTopK, references: dict[str, Dataset], algorithm: Any)
     return groups
 
 
-def _zero_shot_groups(run: BreastTopK, references: dict[str, Dataset], algorithm: Any) -> list[Any]:
+def _zero_shot_groups(
+    run: TopKRunSummary, references: dict[str, Dataset], algorithm: Any
+) -> list[Any]:
     import highdicom.sr as sr
     from pydicom.sr.codedict import codes
 
@@ -139,7 +141,7 @@ def _zero_shot_groups(run: BreastTopK, references: dict[str, Dataset], algorithm
                     uid=new_uid(), identifier=f"zero-shot {task}"
                 ),
                 algorithm_id=algorithm,
-                finding_sites=[_finding_site(run.breast.laterality)],
+                finding_sites=[_finding_site(run.laterality)],
                 source_images=sources,
                 qualitative_evaluations=[
                     sr.QualitativeEvaluation(name=task_concept(task), value=class_code(task, best))
@@ -166,8 +168,9 @@ def _library(references: dict[str, Dataset]) -> list[Dataset]:
     return views if complete else []
 
 
-def topk_sr(run: BreastTopK, references: dict[str, Dataset], equipment: Equipment) -> Any:
-    """The Comprehensive 3D SR (highdicom ``Comprehensive3DSR``) of TopK-Patch ``run``.
+def topk_sr(run: TopKRunSummary, references: dict[str, Dataset], equipment: Equipment) -> Any:
+    """The Comprehensive 3D SR (highdicom ``Comprehensive3DSR``) of TopK-Patch ``run`` (the
+    run's plain summary, ``BreastTopK.summary()``: the same report whichever process ran it).
 
     references: ``{"CC": header, "MLO": header}`` from
     :func:`medvl_engine.export.dicom.common.source_reference`; equipment: the model's.
@@ -175,14 +178,13 @@ def topk_sr(run: BreastTopK, references: dict[str, Dataset], equipment: Equipmen
     import highdicom.sr as sr
     from pydicom.sr.codedict import codes
 
-    model = run.model
     algorithm = algorithm_identification(
         equipment,
         [
             f"K={run.k}",
-            f"evaluated_K={int(getattr(run, 'evaluated_k', run.k))}",
-            f"image_size={int(model.config.image_size)}",
-            f"grid={int(model.geometry.grid)}",
+            f"evaluated_K={int(run.evaluated_k)}",
+            f"image_size={int(run.image_size)}",
+            f"grid={int(run.grid)}",
         ],
     )
     report = sr.MeasurementReport(

@@ -6,13 +6,18 @@ references and the Patient / General Study attributes their IODs require (see
 :func:`medvl_engine.export.dicom.common.source_reference`); no text value names a folder of
 this machine. The files of one call are written together (:func:`atomic_group`): either all
 of them appear or none does.
+
+Each writer takes the run as :func:`medvl_engine.mammography.topk` returns it (a BreastTopK,
+as ``medvl topk`` has it) or as its plain summary (``BreastTopK.summary()``, what the napari
+plugin's layers keep, computed in its model process): the objects are made from the summary
+either way, so the same run gives the same content.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 from medvl_engine.common.atomic import atomic_group
 from medvl_engine.common.reason import error_reason
@@ -26,6 +31,7 @@ from medvl_engine.export.dicom.common import (
     write_dataset,
 )
 from medvl_engine.export.input_guard import check_outputs_spare_inputs
+from medvl_engine.models.topksiglip_results import TopKRunSummary
 
 if TYPE_CHECKING:
     from pydicom.dataset import Dataset
@@ -47,14 +53,22 @@ TOPK_DICOM_NAMES = {
 name the patient)."""
 
 
-def _sources(run: BreastTopK) -> dict[str, Path]:
-    paths = {"CC": run.cc.path, "MLO": run.mlo.path}
-    require_dicom(paths)  # type: ignore[arg-type]
-    return {view: Path(path) for view, path in paths.items()}
+TopKRun = Union["BreastTopK", TopKRunSummary]
+"""A TopK-Patch run: the engine's BreastTopK, or its plain TopKRunSummary."""
+
+
+def _summary(run: TopKRun) -> TopKRunSummary:
+    return run if isinstance(run, TopKRunSummary) else run.summary()
+
+
+def _sources(run: TopKRun) -> dict[str, Path]:
+    paths: dict[str, Path | None] = {"CC": Path(run.cc.path), "MLO": Path(run.mlo.path)}
+    require_dicom(paths)
+    return {view: Path(str(path)) for view, path in paths.items()}
 
 
 def topk_dicom_objects(
-    run: BreastTopK,
+    run: TopKRun,
     *,
     model_name: str | os.PathLike[str] | None,
     presentation_states: bool = True,
@@ -72,21 +86,22 @@ def topk_dicom_objects(
     from medvl_engine.export.dicom.mammo_sr import topk_sr
 
     sources = _sources(run)
+    summary = _summary(run)
     references = {view: source_reference(path) for view, path in sources.items()}
     equipment = Equipment.for_model(model_name)
     try:
-        objects: dict[str, Any] = {"sr": topk_sr(run, references, equipment)}
+        objects: dict[str, Any] = {"sr": topk_sr(summary, references, equipment)}
         if presentation_states:
             series = new_uid()
             for number, view in enumerate(VIEWS, start=1):
                 objects[f"{view}_pr"] = topk_presentation_state(
-                    run, view, references[view], equipment, number, series
+                    summary, view, references[view], equipment, number, series
                 )
         if parametric_maps:
             series = new_uid()
             for number, view in enumerate(VIEWS, start=1):
                 objects[f"{view}_pm"] = topk_parametric_map(
-                    run, view, references[view], equipment, number, series
+                    summary, view, references[view], equipment, number, series
                 )
     except (ValueError, TypeError, AttributeError) as error:  # highdicom refusing a source
         names = " and ".join(path.name for path in sources.values())
@@ -107,7 +122,7 @@ def _write_all(objects: dict[str, Dataset], paths: dict[str, Path], sources: lis
 
 
 def write_topk_sr(
-    run: BreastTopK, path: str | os.PathLike[str], *, model_name: str | os.PathLike[str] | None
+    run: TopKRun, path: str | os.PathLike[str], *, model_name: str | os.PathLike[str] | None
 ) -> Path:
     """Write the TopK-Patch SR of ``run`` to ``path`` (atomically) and return it."""
     path = Path(path)
@@ -119,7 +134,7 @@ def write_topk_sr(
 
 
 def write_topk_dicom(
-    run: BreastTopK,
+    run: TopKRun,
     out_dir: str | os.PathLike[str],
     *,
     model_name: str | os.PathLike[str] | None,

@@ -9,7 +9,8 @@ source's Image Orientation (Slide) (the source origin itself when the patch grid
 multiple of s, as medvl's grids do), and it shares the source's Frame of Reference. Cells
 with no patch (no tissue) hold NaN. Stored values are the scores themselves: the Real World
 Value Mapping is the identity (slope 1, intercept 0, unit "no units"), labelled with the
-map's mode and prompt; the recommended window is the heatmap's display range. Frames are
+map's mode and prompt; the recommended window is the heatmap's display range, exactly
+(VOI LUT Function LINEAR_EXACT, since a score range is often narrower than 1). Frames are
 TILED_SPARSE (each frame's position given) by default, which the DICOM validator ``dciodvfy``
 of dicom3tools accepts without error; ``organization="TILED_FULL"`` leaves the per-frame
 positions out, as the standard allows, but the validator's 2022 release reports them missing.
@@ -215,6 +216,7 @@ def _parametric_map(
             hd.VOILUTTransformation(
                 window_center=(float(shown[0]) + float(shown[1])) / 2.0,
                 window_width=window_width if window_width > 0 else 1.0,
+                voi_lut_function="LINEAR_EXACT",  # scores span less than 1: LINEAR needs >= 1
             )
         ],
         content_label="HEATMAP",

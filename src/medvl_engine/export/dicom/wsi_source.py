@@ -19,9 +19,15 @@ from medvl_engine.common.model_label import model_metadata
 from medvl_engine.errors import ExportError, MedVLError
 from medvl_engine.io.dicom_results.source import DicomImageSource, dicom_image_source
 
-__all__ = ["ResultMaker", "require_dicom_slide", "result_maker"]
+__all__ = ["NON_DICOM_REMEDY", "ResultMaker", "require_dicom_slide", "result_maker"]
 
 MANUFACTURER = "medvl"
+
+NON_DICOM_REMEDY = (
+    "convert it first with medvl_engine.export.dicom.dicomize.dicomize_slide, or write a "
+    "TIFF, PNG or GeoJSON instead"
+)
+"""What the refusal of a non-DICOM slide suggests (the command line names ``--dicomize``)."""
 
 
 @dataclass(frozen=True)
@@ -68,15 +74,16 @@ def result_maker(model: str | Path | None) -> ResultMaker:
     )
 
 
-def require_dicom_slide(slide: Any, output: Path) -> DicomImageSource:
+def require_dicom_slide(
+    slide: Any, output: Path, *, remedy: str = NON_DICOM_REMEDY
+) -> DicomImageSource:
     """The DICOM level-0 image of ``slide`` (an open Slide or a path); one ExportError
-    sentence when the slide is not a DICOM whole-slide image."""
+    sentence ending in ``remedy`` when the slide is not a DICOM whole-slide image."""
     source_path = Path(os.fspath(getattr(slide, "path", slide)))
     vendor = getattr(slide, "vendor", None)
     refusal = (
         f"Cannot write {output.name}: DICOM outputs need a DICOM source and "
-        f"{source_path.name} is not a DICOM whole-slide image; write a TIFF, PNG or GeoJSON "
-        "instead."
+        f"{source_path.name} is not a DICOM whole-slide image; {remedy}."
     )
     if vendor not in (None, "dicom"):
         raise ExportError(refusal, output)

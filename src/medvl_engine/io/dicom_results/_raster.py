@@ -139,6 +139,22 @@ def read_seg(dataset: Any, placement: Placement) -> tuple[list[ResultImage], lis
                 value_range=(0.0, 1.0),
                 unit="probability" if fractional else "",
                 source_uid=uid,
+                color=_display_color(segment),
             )
         )
     return images, list(dict.fromkeys(algorithms))
+
+
+def _display_color(segment: Any) -> tuple[int, int, int] | None:
+    """The segment's Recommended Display CIELab Value as sRGB 0..255 (None when absent or
+    not three values)."""
+    value = segment.get("RecommendedDisplayCIELabValue")
+    if value is None or len(value) != 3:
+        return None
+    from highdicom.color import CIELabColor
+
+    try:
+        rgb = CIELabColor.from_dicom_value(tuple(int(v) for v in value)).to_rgb()
+    except (TypeError, ValueError):
+        return None
+    return (int(rgb[0]), int(rgb[1]), int(rgb[2]))

@@ -55,7 +55,8 @@ class ResultImage:
     float32 in [0, 1] (a fractional segment) or uint8 0/1 (a binary segment); pixel (c, r)
     covers x in [ox + c * sx, ox + (c + 1) * sx), y likewise, with ``origin`` (ox, oy) and
     ``pixel_size`` (sx, sy) in source px (or um, see the module docstring). ``kind`` is "map"
-    or "mask"; ``value_range`` the values' meaningful range and ``unit`` their unit.
+    or "mask"; ``value_range`` the values' meaningful range and ``unit`` their unit;
+    ``color`` the (r, g, b) 0..255 display colour a segment recommends (None when none).
     """
 
     name: str
@@ -66,6 +67,7 @@ class ResultImage:
     value_range: tuple[float, float] = (0.0, 1.0)
     unit: str = ""
     source_uid: str = ""
+    color: tuple[int, int, int] | None = None
 
 
 @dataclass

@@ -10,17 +10,19 @@ pair). Needs the ``dicomweb-client`` package (``pip install "napari-medvl[dicomw
 """
 
 from medvl_engine.io.dicomweb._client import DEFAULT_TIMEOUT_SECONDS
+from medvl_engine.io.dicomweb._contents import WSI_SOP_CLASS, RemoteContents, remote_contents
 from medvl_engine.io.dicomweb._errors import (
     DicomWebError,
     InvalidReferenceError,
     NoMammoPairError,
     NotDicomError,
+    NothingToOpenError,
     NotOnServerError,
     ServerRefusedError,
     ServerTimeoutError,
     ServerUnreachableError,
 )
-from medvl_engine.io.dicomweb._fetch import fetch, open_remote_slide
+from medvl_engine.io.dicomweb._fetch import fetch
 from medvl_engine.io.dicomweb._mammo import mammo_study_pairs, mammo_views, resolve_mammo_study
 from medvl_engine.io.dicomweb._query import (
     InstanceEntry,
@@ -36,6 +38,14 @@ from medvl_engine.io.dicomweb._reference import (
     is_dicomweb_reference,
     parse_reference,
 )
+from medvl_engine.io.dicomweb._remote_slide import (
+    RemoteLevel,
+    fetch_slide,
+    open_remote_slide,
+    open_remote_slide_and_source,
+    slide_levels,
+    slide_series,
+)
 from medvl_engine.io.dicomweb._retrieve import cache_folder, retrieve_instances
 from medvl_engine.io.dicomweb._send import SendReport, send
 
@@ -48,24 +58,33 @@ __all__ = [
     "NoMammoPairError",
     "NotDicomError",
     "NotOnServerError",
+    "NothingToOpenError",
+    "RemoteContents",
+    "RemoteLevel",
     "SendReport",
     "SeriesEntry",
     "ServerRefusedError",
     "ServerTimeoutError",
     "ServerUnreachableError",
     "StudyEntry",
+    "WSI_SOP_CLASS",
     "cache_folder",
     "fetch",
+    "fetch_slide",
     "is_dicomweb_reference",
     "mammo_study_pairs",
     "mammo_views",
     "open_remote_slide",
+    "open_remote_slide_and_source",
     "parse_reference",
+    "remote_contents",
     "resolve_mammo_study",
     "retrieve_instances",
     "search_instances",
     "search_series",
     "search_studies",
     "send",
+    "slide_levels",
+    "slide_series",
     "study_metadata",
 ]

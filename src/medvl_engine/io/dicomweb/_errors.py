@@ -10,6 +10,7 @@ __all__ = [
     "NoMammoPairError",
     "NotDicomError",
     "NotOnServerError",
+    "NothingToOpenError",
     "ServerRefusedError",
     "ServerTimeoutError",
     "ServerUnreachableError",
@@ -47,3 +48,7 @@ class NoMammoPairError(DicomWebError, DataError):
 
 class NotDicomError(DicomWebError, UnsupportedFormatError):
     """A file to send is not a DICOM Part 10 file."""
+
+
+class NothingToOpenError(DicomWebError, DataError):
+    """A study or series holds no image or result object that medvl opens."""

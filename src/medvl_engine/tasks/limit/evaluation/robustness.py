@@ -4,6 +4,13 @@ Fig. 3, Table A4), at slide level and at patch level.
 Every class name that names one of the synonyms as a whole word has it replaced by each
 synonym in turn (:func:`synonym_class_names`); each template is used with each term. The
 report gives the mean, std, median and range over the pairs.
+
+Each pair's class embedding is a one-name, one-template prompt ensemble of
+:func:`medvl_engine.prompts.ensemble_embeddings` (the definition heatmap, classify and segment
+use): with E the text tower and n(x) = x / ||x||, class k of tissue t under template u and
+term s has c_k = n(n(E(u(t, s_k)))) [D] (:func:`pair_class_embeddings`), where
+:func:`class_template` turns a ``{tissue}``/``{class}`` template into the ensemble's ``{}``
+template for one tissue.
 """
 
 from __future__ import annotations
@@ -17,9 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from medvl_engine.evaluation.metrics import balanced_accuracy
+from medvl_engine.prompts import ensemble_embeddings
 from medvl_engine.tasks.limit.evaluation.slides import SlideExample, TextEncoder, zero_shot_slides
 
 __all__ = [
+    "class_template",
+    "pair_class_embeddings",
     "patch_template_synonym_robustness",
     "synonym_class_names",
     "template_synonym_robustness",
@@ -41,6 +51,38 @@ def synonym_class_names(
     return {name: pattern.sub(term, name) for name in class_names}
 
 
+def class_template(template: str, tissue: str) -> str:
+    """``template`` (with ``{tissue}`` and ``{class}``) for one ``tissue``, as a prompt-ensemble
+    template whose ``{}`` is the class: ``class_template(u, t).format(s) ==
+    u.format(tissue=t, class=s)`` for every term s (any other brace is escaped)."""
+    marker = "\0class\0"
+    filled = template.format(**{"tissue": tissue, "class": marker})
+    return filled.replace("{", "{{").replace("}", "}}").replace(marker, "{}")
+
+
+def pair_class_embeddings(
+    encode_text: TextEncoder, template: str, tissue: str, terms: Sequence[str]
+) -> torch.Tensor:
+    """The class embeddings of one (template, synonym) pair, float32 [K, D]: class k is the
+    prompt ensemble (:func:`medvl_engine.prompts.ensemble_embeddings`) of the single name
+    ``terms[k]`` in the single template :func:`class_template` (``template``, ``tissue``).
+    ``encode_text``: T texts -> [T, D]."""
+    classes = {str(k): (term,) for k, term in enumerate(terms)}
+    return ensemble_embeddings(encode_text, classes, [class_template(template, tissue)])
+
+
+class _PromptEnsembles:
+    """A text encoder for :func:`zero_shot_slides` that returns each prompt's one-name
+    ensemble (no template: the prompt already holds the pair's template, tissue and term)."""
+
+    def __init__(self, encode_text: TextEncoder) -> None:
+        self.encode_text = encode_text
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        classes = {str(k): (text,) for k, text in enumerate(texts)}
+        return ensemble_embeddings(self.encode_text, classes, None)
+
+
 @torch.no_grad()
 def template_synonym_robustness(
     slides: Sequence[SlideExample],
@@ -57,7 +99,8 @@ def template_synonym_robustness(
     Every class name that names one of ``synonyms`` as a whole word has it replaced by each
     synonym in turn (:func:`synonym_class_names`); each template is used with each term.
     When no class names a synonym only the templates vary (``terms == []``). ``options``
-    go to :func:`zero_shot_slides` (no bootstrap: ``trials=0``).
+    go to :func:`zero_shot_slides` (no bootstrap: ``trials=0``); each prompt it scores is a
+    one-name prompt ensemble (module docstring).
 
     Returns ``{"pairs": [{"template", "term", "balanced_accuracy"}], "mean", "std",
     "median", "min", "max", "templates", "terms", "per_template": {template: {"mean",
@@ -74,11 +117,13 @@ def template_synonym_robustness(
         for name in classes
     )
 
+    ensembles = _PromptEnsembles(cached)
+
     def accuracy(template: str, renamed: Mapping[str, str] | None) -> float:
         result = zero_shot_slides(
             slides,
             classes_by_organ,
-            cached,
+            ensembles,
             tau_attn,
             **{**options, "template": template, "class_names": renamed, "trials": 0},
         )
@@ -164,8 +209,9 @@ def patch_template_synonym_robustness(
 
     patch_features ``[N, D]``; labels ``[N]`` indices into ``class_names``; organs ``[N]``
     the tissue of each patch, written into the template's ``{tissue}``. A patch is assigned
-    ``argmax_k cos(v, c_k)`` over the prompts of every class for its tissue. Returns the
-    summary of :func:`template_synonym_robustness`.
+    ``argmax_k v . c_k`` with c_k the pair's class embeddings for its tissue
+    (:func:`pair_class_embeddings`). Returns the summary of
+    :func:`template_synonym_robustness`.
     """
     patches = F.normalize(patch_features.float().cpu(), dim=-1)
     y = np.asarray(labels)
@@ -186,12 +232,14 @@ def patch_template_synonym_robustness(
         predictions = np.empty(len(y), dtype=np.int64)
         for tissue in sorted(set(tissues.tolist())):
             rows = np.flatnonzero(tissues == tissue)
-            prompts = [
-                template.format(**{"tissue": tissue, "class": (renamed or {}).get(c, c)})
-                for c in class_names
-            ]
-            classes = F.normalize(cached(prompts), dim=-1)
-            predictions[rows] = (patches[rows] @ classes.T).argmax(1).numpy()
+            terms = [(renamed or {}).get(c, c) for c in class_names]
+            classes = pair_class_embeddings(cached, template, tissue, terms)
+            predictions[rows] = _patch_predictions(patches[rows], classes)
         return balanced_accuracy(y, predictions)
 
     return _robustness(list(class_names), templates, synonyms, accuracy)
+
+
+def _patch_predictions(patches: torch.Tensor, classes: torch.Tensor) -> np.ndarray:
+    """argmax_k v_i . c_k: patches [N, D], class embeddings [K, D] -> int64 [N]."""
+    return (patches @ classes.T).argmax(1).numpy()

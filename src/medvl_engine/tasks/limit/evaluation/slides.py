@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from medvl_engine.tasks.limit.evaluation.scoring import (
 
 __all__ = [
     "DEFAULT_TEMPLATE",
+    "PredictionSettings",
     "SlideExample",
     "TextEncoder",
     "random_patch_pool",
@@ -37,6 +38,21 @@ __all__ = [
 
 DEFAULT_TEMPLATE = "{tissue} {class}"
 TextEncoder = Callable[[list[str]], torch.Tensor]  # texts -> [T, D]
+
+
+class PredictionSettings(TypedDict, total=False):
+    """Prompt and pooling settings of :func:`zero_shot_predictions`, which
+    :func:`zero_shot_slides` passes on by keyword; one left out takes
+    :func:`zero_shot_predictions`' default."""
+
+    template: str
+    tissue_names: Mapping[str, str] | None
+    class_names: Mapping[str, str] | None
+    pooling: PoolingMethod
+    k: int
+    normalize_features: bool
+    random_trials: int
+    random_patches: int
 
 
 @dataclasses.dataclass
@@ -180,26 +196,21 @@ def zero_shot_slides(
     encode_text: TextEncoder,
     tau_attn: float,
     *,
-    template: str = DEFAULT_TEMPLATE,
-    tissue_names: Mapping[str, str] | None = None,
-    class_names: Mapping[str, str] | None = None,
-    pooling: PoolingMethod = "report_guided",
-    k: int = 10,
-    normalize_features: bool = True,
     trials: int = 1000,
     seed: int = 0,
     overall: Literal["organ_mean", "pooled"] = "organ_mean",
     group_single_label: bool = True,
     single_label_group: str = SINGLE_LABEL_GROUP,
-    random_trials: int = 10,
-    random_patches: int = 10,
     report_organs: int | None = None,
+    **settings: Unpack[PredictionSettings],
 ) -> dict[str, Any]:
     """Organ-restricted zero-shot slide classification (TCGA-OT protocol).
 
-    classes_by_organ: the choices of each organ; template: prompt with ``{tissue}`` (the
-    organ, or ``tissue_names[organ]``) and ``{class}`` (the class, or ``class_names[class]``);
-    encode_text: texts -> ``[T, D]``. Single-label organs form one category
+    The prediction rows of :func:`zero_shot_predictions` (with ``seed``, the grouping and
+    ``settings``), scored by :func:`score_zero_shot`. classes_by_organ: the choices of each
+    organ; template: prompt with ``{tissue}`` (the organ, or ``tissue_names[organ]``) and
+    ``{class}`` (the class, or ``class_names[class]``); encode_text: texts -> ``[T, D]``
+    (slides: patch features ``[M, D]``). Single-label organs form one category
     (:func:`choice_categories`). ``random`` pooling runs ``random_trials`` seeded trials of
     ``random_patches`` random patches per slide; its numbers are means over the trials and
     its ``std`` the std across them (no bootstrap). ``report_organs = N`` keeps the N organs
@@ -221,17 +232,10 @@ def zero_shot_slides(
         classes_by_organ,
         encode_text,
         tau_attn,
-        template=template,
-        tissue_names=tissue_names,
-        class_names=class_names,
-        pooling=pooling,
-        k=k,
-        normalize_features=normalize_features,
         seed=seed,
         group_single_label=group_single_label,
         single_label_group=single_label_group,
-        random_trials=random_trials,
-        random_patches=random_patches,
+        **settings,
     )
     return score_zero_shot(
         trial_rows,

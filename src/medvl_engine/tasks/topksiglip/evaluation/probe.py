@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -17,10 +17,25 @@ from medvl_engine.evaluation.metrics import (
 from medvl_engine.tasks.topksiglip.evaluation.outputs import MammoEvalOutputs
 from medvl_engine.tasks.topksiglip.evaluation.readouts import ReadoutTable, readout_metrics
 
-if TYPE_CHECKING:
-    pass
+__all__ = [
+    "ProbeSettings",
+    "fit_linear_probe",
+    "linear_probe_auroc",
+    "linear_probe_metrics",
+    "probe_readouts",
+]
 
-__all__ = ["fit_linear_probe", "linear_probe_auroc", "linear_probe_metrics", "probe_readouts"]
+
+class ProbeSettings(TypedDict, total=False):
+    """Training settings of :func:`fit_linear_probe`, passed on by keyword by every probe
+    function; one left out takes :func:`fit_linear_probe`'s default."""
+
+    steps: int
+    lr: float
+    weight_decay: float
+    batch_size: int
+    eval_every: int
+    seed: int
 
 
 def _probe_scores(probs: np.ndarray, labels: np.ndarray, num_classes: int) -> float:
@@ -44,7 +59,7 @@ def fit_linear_probe(
     seed: int = 0,
 ) -> np.ndarray:
     """Test class probabilities ``[n_test, num_classes]`` of one linear layer trained on frozen
-    embeddings ``[n, C]`` (the paper's probe).
+    embeddings ``[n, C]`` (the paper's probe); the one fit behind every probe figure.
 
     Class-weighted cross entropy (weights ``n / (num_classes * n_c)``), AdamW on seeded
     minibatches of ``batch_size`` drawn without replacement each pass. With a validation set,
@@ -96,30 +111,15 @@ def linear_probe_auroc(
     test_x: torch.Tensor,
     test_y: np.ndarray,
     num_classes: int,
-    steps: int = 20_000,
-    lr: float = 4e-3,
-    weight_decay: float = 0.01,
-    batch_size: int = 32,
+    *,
     val_x: torch.Tensor | None = None,
     val_y: np.ndarray | None = None,
-    eval_every: int = 500,
-    seed: int = 0,
+    **settings: Unpack[ProbeSettings],
 ) -> float:
-    """Test AUROC of :func:`fit_linear_probe`: binary, AUROC of class 1; else macro
-    one-vs-rest over the classes present in ``test_y``."""
+    """Test AUROC of :func:`fit_linear_probe` (same arguments, plus ``test_y [n_test]``):
+    binary, AUROC of class 1; else macro one-vs-rest over the classes present in ``test_y``."""
     probs = fit_linear_probe(
-        train_x,
-        train_y,
-        test_x,
-        num_classes,
-        steps=steps,
-        lr=lr,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        val_x=val_x,
-        val_y=val_y,
-        eval_every=eval_every,
-        seed=seed,
+        train_x, train_y, test_x, num_classes, val_x=val_x, val_y=val_y, **settings
     )
     return _probe_scores(probs, np.asarray(test_y), num_classes)
 
@@ -141,12 +141,7 @@ def linear_probe_metrics(
     train: MammoEvalOutputs,
     val: MammoEvalOutputs | None,
     test: MammoEvalOutputs,
-    steps: int = 20_000,
-    lr: float = 4e-3,
-    weight_decay: float = 0.01,
-    batch_size: int = 32,
-    eval_every: int = 500,
-    seed: int = 0,
+    **settings: Unpack[ProbeSettings],
 ) -> dict[str, float]:
     """Linear-probe test AUROC per task (``probe_auroc_<task>``; BI-RADS / density macro, with
     their one-vs-rest ``probe_auroc_<task>_<class>``); see :func:`probe_readouts`.
@@ -154,17 +149,7 @@ def linear_probe_metrics(
     Each task uses only the breasts with its label in each split; a task is left out when its
     training or test labels hold one class only (binary) or fewer than two classes.
     """
-    scores, truth, known, groups = probe_readouts(
-        train,
-        val,
-        test,
-        steps=steps,
-        lr=lr,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        eval_every=eval_every,
-        seed=seed,
-    )
+    scores, truth, known, groups = probe_readouts(train, val, test, **settings)
     count = len(test.birads)
     table = ReadoutTable(
         scores,
@@ -184,18 +169,14 @@ def probe_readouts(
     train: MammoEvalOutputs,
     val: MammoEvalOutputs | None,
     test: MammoEvalOutputs,
-    steps: int = 20_000,
-    lr: float = 4e-3,
-    weight_decay: float = 0.01,
-    batch_size: int = 32,
-    eval_every: int = 500,
-    seed: int = 0,
+    **settings: Unpack[ProbeSettings],
 ) -> tuple[
     dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray], dict[str, list[str]]
 ]:
     """Linear-probe score columns on the test breasts: ``(scores, truth, known, groups)``.
 
-    Fitted on ``train``, its step chosen on ``val`` (:func:`fit_linear_probe`). Binary tasks
+    Fitted on ``train``, its step chosen on ``val`` (:func:`fit_linear_probe` with
+    ``settings``; the embeddings ``[n, C]`` of the breasts labelled for the task). Binary tasks
     give ``probe_auroc_<task>``; BI-RADS and density give one-vs-rest columns
     ``probe_auroc_<task>_<class>`` and the group ``probe_auroc_<task>`` (their mean: the macro
     AUROC over the classes present). A task whose training or test labels hold one class only
@@ -221,14 +202,9 @@ def probe_readouts(
             labels[train_known],
             test.embeddings,
             classes,
-            steps=steps,
-            lr=lr,
-            weight_decay=weight_decay,
-            batch_size=batch_size,
             val_x=val_x,
             val_y=val_y,
-            eval_every=eval_every,
-            seed=seed,
+            **settings,
         )
         if classes == 2:
             key = f"probe_auroc_{name}"
