@@ -159,6 +159,10 @@ def _image_layer(
         kwargs = {key: kwargs[key] for key in ("name", "scale", "translate", "units", "metadata")}
         kwargs["opacity"] = 0.5
         kwargs["metadata"].update({**base, "medvl_kind": DICOM_RESULT_KIND})
+        color = getattr(image, "color", None)
+        if color is not None:
+            rgba = (*(channel / 255.0 for channel in color), 1.0)
+            kwargs["colormap"] = {0: "transparent", 1: rgba, None: "transparent"}
         return np.asarray(image.values, np.uint8), kwargs, "labels"
     from medvl_engine.colormaps import display_limits, is_signed, resolve_colormap
     from napari_medvl._overlay_style import napari_colormap

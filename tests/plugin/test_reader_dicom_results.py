@@ -122,6 +122,7 @@ def test_a_segmentation_opens_through_napari_as_labels_on_its_slide(results, tmp
         segmented_property_category=codes.SCT.MorphologicallyAbnormalStructure,
         segmented_property_type=codes.SCT.Neoplasm,
         algorithm_type="MANUAL",
+        display_color=hd.color.CIELabColor(53.24, 80.09, 67.20),  # sRGB red
     )
     seg = hd.seg.Segmentation(
         [source],
@@ -149,6 +150,9 @@ def test_a_segmentation_opens_through_napari_as_labels_on_its_slide(results, tmp
     assert labels.data.sum() == mask.sum()
     assert tuple(labels.scale) == pytest.approx((0.5, 0.5))  # the slide's um per px
     assert labels.name == "seg: tumour"
+    shown = labels.colormap.map(np.array([0, 1]))
+    assert shown[0][3] == 0  # outside the segment stays transparent
+    assert shown[1] == pytest.approx((1.0, 0.0, 0.0, 1.0), abs=0.02)  # its recommended colour
 
 
 def test_a_demo_models_map_carries_its_notice_to_the_colour_bar(results):
