@@ -67,7 +67,12 @@ def run_job(widget: Any, timeout_s: float, what: str) -> None:
     try:
         wait_until(lambda: not widget.runner.running, timeout_s, what)
     except MedVLError:
+        worker = widget.runner.worker
         widget.runner.cancel()
+        if worker is not None:
+            # The cancelled worker still reports to the dock's Qt objects: keep them alive
+            # until its thread has ended, or the exit aborts the process.
+            wait_until(lambda: not worker.is_running, 60.0, f"Cancelling {what}")
         raise
     if widget.runner.last_error is not None:
         raise MedVLError(f"{what} failed: {widget.runner.last_error}")
