@@ -78,6 +78,20 @@ def _size_mb(paths: list[Path]) -> float:
     return sum(p.stat().st_size for p in paths) / 1e6
 
 
+def _tiff(path: Path, heatmap: Heatmap, values: str) -> list[Path]:
+    """The heatmap as a pyramidal TIFF of ``values`` ("rgba" or "scores") over the slide."""
+    return [
+        write_heatmap_tiff(
+            path,
+            heatmap,
+            slide_dimensions=SLIDE,
+            mpp=(MPP, MPP),
+            downsample=DOWNSAMPLE,
+            values=values,
+        )
+    ]
+
+
 def main() -> int:
     heatmap = _heatmap()
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,25 +106,8 @@ def main() -> int:
             "pmap 1 level": lambda: [
                 write_heatmap_parametric_map(out / "one.dcm", heatmap, source)
             ],
-            "TIFF rgba": lambda: [
-                write_heatmap_tiff(
-                    out / "rgba.tiff",
-                    heatmap,
-                    slide_dimensions=SLIDE,
-                    mpp=(MPP, MPP),
-                    downsample=DOWNSAMPLE,
-                )
-            ],
-            "TIFF scores": lambda: [
-                write_heatmap_tiff(
-                    out / "scores.tiff",
-                    heatmap,
-                    slide_dimensions=SLIDE,
-                    mpp=(MPP, MPP),
-                    downsample=DOWNSAMPLE,
-                    values="scores",
-                )
-            ],
+            "TIFF rgba": lambda: _tiff(out / "rgba.tiff", heatmap, "rgba"),
+            "TIFF scores": lambda: _tiff(out / "scores.tiff", heatmap, "scores"),
         }
         start = time.perf_counter()
         write_heatmap_parametric_map(out / "warm.dcm", heatmap, source)

@@ -11,12 +11,15 @@ heatmap dock (adding its overlay layers: "dock opening"), clicks Run one second 
 the model NOT loaded (the model process is stopped before each round, so it starts, loads
 the model and extracts the features) and pans the same path until the map is complete; then
 five new prompts are run one after another ("re-prompt display").
-Rounds alternate plugin and floor (the shared machine drifts), with napari's synchronous
-slicing (the reader gives its progressive levels) and asynchronous slicing (the reader gives
-dask levels, decoded in napari's slicing thread). Prints worst and p99 gaps of every phase,
-per setting, and the ratios the targets name: first heatmap worst <= 2x floor worst, p99 <=
-1.5x floor p99; re-prompt display worst <= 2x floor worst; dock opening worst <= 2x the floor's
-layer adding.
+Each round runs the plugin with napari's synchronous slicing (the reader gives its
+progressive levels; what ``MEDVL_SYNC_SLICING=1`` keeps) and with asynchronous slicing (the
+reader gives dask levels, decoded in napari's slicing thread; what the plugin turns on when a
+slide opens), each followed by its own floor (the shared machine drifts: every plugin phase is
+compared with the floor measured right after it). The floor always pans with bare napari's own
+default, synchronous slicing. Prints worst and p99 gaps of every phase, per setting, and the
+ratios the targets name: first heatmap worst <= 2x floor worst, p99 <= 1.5x floor p99;
+re-prompt display worst <= 2x floor worst; dock opening worst <= 2x the floor's layer adding;
+and the two settings' first-heatmap gaps against each other.
 Two comparisons side by side, each with the samples behind it: "4 passes", the floor panned
 for 4 passes per round (as this bench first did) against however many passes the plugin phase
 took, so the plugin's worst is a maximum over several times more ticks; and "equal passes",
@@ -197,8 +200,21 @@ def other_ratios(
 
 
 def floor_round(app, probe, levels, scale, metadata, passes: int) -> dict[str, object]:
-    """Bare napari: pan the in-memory pyramid for max(FLOOR_PASSES, ``passes``) passes (the
-    first FLOOR_PASSES alone are the old floor), then add the dock's two layers."""
+    """Bare napari with its default, synchronous slicing: pan the in-memory pyramid for
+    max(FLOOR_PASSES, ``passes``) passes (the first FLOOR_PASSES alone are the old floor), then
+    add the dock's two layers."""
+    from napari.settings import get_settings
+
+    settings = get_settings()
+    chosen = settings.experimental.async_
+    settings.experimental.async_ = False  # bare napari's default
+    try:
+        return _floor_round(app, probe, levels, scale, metadata, passes)
+    finally:
+        settings.experimental.async_ = chosen
+
+
+def _floor_round(app, probe, levels, scale, metadata, passes: int) -> dict[str, object]:
     gaps: dict[str, object] = {}
     with bench_viewer() as viewer:
         viewer.add_image(levels, multiscale=True, rgb=True, scale=scale, name="in memory")
@@ -282,21 +298,92 @@ def _line(name: str, gaps: list[float]) -> str:
     return f"  {name:<38}: worst {worst:7.1f} ms, p99 {p99:6.1f} ms, {len(gaps)} ticks"
 
 
+@dataclass
+class Setting:
+    """One slicing setting's phases gathered over the rounds."""
+
+    name: str
+    floor_old: Pans = field(default_factory=Pans)
+    floor_fair: Pans = field(default_factory=Pans)
+    first: Pans = field(default_factory=Pans)
+    layers: list[float] = field(default_factory=list)
+    dock: list[float] = field(default_factory=list)
+    reprompt: list[float] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+
+    def add_round(self, run: dict, floor: dict) -> None:
+        """One plugin round and the floor round measured right after it."""
+        self.dock.extend(run["dock"])
+        self.reprompt.extend(run["reprompt"])
+        self.first.add(run["first"], run["ends"])
+        passes = int(run["passes"])
+        gaps, ends = floor["pan"], floor["ends"]
+        self.floor_old.add(gaps[: ends[FLOOR_PASSES - 1]], ends[:FLOOR_PASSES])
+        self.floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])
+        self.layers.extend(floor["layers"])
+        self.details.append(
+            f"round {len(self.details) + 1}: first heatmap {run['first_s']:.1f} s over "
+            f"{passes} pan passes; torch in napari's process: {run['torch']}; load "
+            f"{run['load']}"
+        )
+
+    def report(self, rounds: int) -> list[str]:
+        lines = [f"{self.name} slicing ({rounds} rounds, each plugin phase then its floor):"]
+        lines += [f"  {line}" for line in self.details]
+        lines.append(_line(f"floor: pan, {FLOOR_PASSES} passes a round", self.floor_old.gaps))
+        lines.append(_line("floor: pan, the plugin's passes", self.floor_fair.gaps))
+        lines.append(_line("floor: adding the dock's two layers", self.layers))
+        lines.append(_line("plugin: dock opening", self.dock))
+        lines.append(_line("plugin: first heatmap, panning", self.first.gaps))
+        lines.append(_line(f"plugin: {len(REPROMPTS)} re-prompts' display", self.reprompt))
+        lines += comparison_table(self.first, self.floor_old, self.floor_fair, "first heatmap")
+        lines += other_ratios(
+            self.reprompt, self.dock, self.layers, self.floor_old, self.floor_fair
+        )
+        return lines
+
+
+def settings_against_each_other(done: dict[str, Setting]) -> list[str]:
+    """Async against sync: first-heatmap worst and p99 gaps, and each one's ratios to its
+    floor (equal passes), side by side."""
+    if not {"sync", "async"} <= set(done):
+        return []
+    lines = ["async / sync, first heatmap, panning (rounds interleaved):"]
+    for name, pick in (("worst", max), ("p99", lambda gaps: np.percentile(gaps, 99))):
+        a, b = float(pick(done["async"].first.gaps)), float(pick(done["sync"].first.gaps))
+        lines.append(f"  {name:<6} async {a:7.1f} ms, sync {b:7.1f} ms: {a / b:5.2f}x")
+    return lines
+
+
+def _load() -> str:
+    """The 1-minute load average now."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", action="store_true", help="models in napari's process")
-    parser.add_argument("--settings", default="sync,async", help="sync, async or both")
+    parser.add_argument(
+        "--settings", default="sync,async", help="sync,async (the default), sync or async"
+    )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="floor/plugin rounds")
     arguments = parser.parse_args()
+    if not set(arguments.settings.split(",")) <= {"sync", "async"}:
+        parser.error(f"--settings {arguments.settings}: name sync, async or sync,async")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["MEDVL_MODEL_PROCESS"] = "0" if arguments.threads else "1"
     from napari.settings import get_settings
     from qtpy.QtWidgets import QApplication
 
     from medvl_engine.io.slide import open_slide
+    from napari_medvl._slide_display import SYNC_SWITCH
     from napari_medvl._slide_layers import slide_frame
     from napari_medvl._stall_probe import StallProbe
 
+    os.environ[SYNC_SWITCH] = "1"  # the bench sets the slicing; the reader keeps it
     settings = get_settings()
     async_before = settings.experimental.async_
     app = QApplication.instance() or QApplication([])
@@ -310,50 +397,24 @@ def main() -> None:
         metadata = {"path": str(slide_path), "world_frame": slide_frame(slide.mpp).as_dict()}
         slide.close()
         where = "threads" if arguments.threads else "the model process"
-        print(f"JPEG 2000 SVS 4096 x 4096; models in {where}")
+        print(f"JPEG 2000 SVS 4096 x 4096; models in {where}; load {_load()}")
+        done = {name: Setting(name) for name in arguments.settings.split(",")}
         try:
-            for setting in arguments.settings.split(","):
-                settings.experimental.async_ = setting == "async"
-                floor_old, floor_fair, first = Pans(), Pans(), Pans()
-                layers: list[float] = []
-                plugin: dict[str, list[float]] = {"dock": [], "reprompt": []}
-                details = []
-                for index in range(arguments.rounds):
-                    features = Path(scratch) / f"features-{setting}-{index}"
+            for index in range(arguments.rounds):
+                for name, setting in done.items():
+                    settings.experimental.async_ = name == "async"
+                    features = Path(scratch) / f"features-{name}-{index}"
                     run = plugin_round(app, probe, slide_path, features)
-                    for key in plugin:
-                        plugin[key].extend(run[key])  # type: ignore[arg-type]
-                    first.add(run["first"], run["ends"])  # type: ignore[arg-type]
-                    passes = int(run["passes"])  # type: ignore[call-overload]
-                    floor = floor_round(app, probe, levels, scale, metadata, passes)
-                    gaps, ends = floor["pan"], floor["ends"]
-                    cut = ends[FLOOR_PASSES - 1]  # type: ignore[index]
-                    floor_old.add(gaps[:cut], ends[:FLOOR_PASSES])  # type: ignore[index]
-                    floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])  # type: ignore[index]
-                    layers.extend(floor["layers"])  # type: ignore[arg-type]
-                    details.append(
-                        f"round {index + 1}: first heatmap {run['first_s']:.1f} s over "
-                        f"{passes} pan passes; torch in napari's process: {run['torch']}"
-                    )
-                print(
-                    f"{setting} slicing ({arguments.rounds} rounds, plugin and floor alternated):"
-                )
-                for line in details:
-                    print(f"  {line}")
-                print(_line(f"floor: pan, {FLOOR_PASSES} passes a round", floor_old.gaps))
-                print(_line("floor: pan, the plugin's passes", floor_fair.gaps))
-                print(_line("floor: adding the dock's two layers", layers))
-                print(_line("plugin: dock opening", plugin["dock"]))
-                print(_line("plugin: first heatmap, panning", first.gaps))
-                print(_line(f"plugin: {len(REPROMPTS)} re-prompts' display", plugin["reprompt"]))
-                for line in comparison_table(first, floor_old, floor_fair, "first heatmap"):
-                    print(line)
-                for line in other_ratios(
-                    plugin["reprompt"], plugin["dock"], layers, floor_old, floor_fair
-                ):
-                    print(line)
+                    run["load"] = _load()
+                    floor = floor_round(app, probe, levels, scale, metadata, int(run["passes"]))
+                    setting.add_round(run, floor)
         finally:
             settings.experimental.async_ = async_before
+        for setting in done.values():
+            for line in setting.report(arguments.rounds):
+                print(line)
+        for line in settings_against_each_other(done):
+            print(line)
 
 
 if __name__ == "__main__":

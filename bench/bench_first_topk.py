@@ -5,11 +5,12 @@ The exam: a synthetic four-view screening exam (R CC, R MLO, L CC, L MLO of one 
 separate Python process so that nothing of it is imported here.
 Plugin: a fresh viewer of the stall bench's window size opens the four files with the plugin's
 reader, hangs them as a reading room does (R | L, CC over MLO; napari_medvl._mammo_hanging),
-docks the TopK dock on the L CC + L MLO pair (it adds its result layers, empty: "dock
-opening"), clicks Run one second after the dock opened, with the model NOT loaded (the model
-process is stopped before each round; with ``--threads`` each round's dock starts without
-a model, torch stays imported after round 1), and pans until the result is drawn ("first
-TopK"); then Run on the R pair with the model loaded ("second breast").
+docks the TopK dock on the L CC + L MLO pair (it adds the result layers of the pair, then
+those of the R pair, empty: "dock opening"), clicks Run one second after the dock opened, with
+the model NOT loaded (the model process is stopped before each round; with ``--threads`` each
+round's dock starts without a model, torch stays imported after round 1), and pans until the
+result is drawn ("first TopK"); then Run on the R pair with the model loaded ("second
+breast": its layers were added when the dock opened, the result fills them).
 Floor (bare napari, nothing of napari-medvl but the 10 ms stall probe): a viewer of the same
 size shows the same four views as in-memory images where the plugin hung them, and is panned
 along the same path; then the layers the dock added when it opened are added to it, as

@@ -39,9 +39,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support
 
 import numpy as np  # noqa: E402
-import tifffile  # noqa: E402
+from tests.support.aperio_pyramid import write_j2k_pyramid as write_aperio_j2k  # noqa: E402
 
 from bench_io_slide_read import tissue_like  # noqa: E402
 
@@ -96,24 +97,7 @@ def bench_viewer(size: tuple[int, int] = BENCH_WINDOW) -> Iterator[object]:
 def write_j2k_pyramid(path: Path, size: int = 4096, tile: int = 240) -> Path:
     """An Aperio-style SVS of JPEG 2000 tiles with levels 1, 1/4 and 1/16 (as TCGA slides are
     stored), 0.5 um/px, synthetic tissue."""
-    base = tissue_like(size, seed=1)
-    description = (
-        f"Aperio Image Library v12.0.0 \r\n{size}x{size} [0,0 {size}x{size}] ({tile}x{tile}) "
-        "JPEG2000/RGB Q=80|AppMag = 20|MPP = 0.5000"
-    )
-    with tifffile.TiffWriter(path) as writer:
-        for index, down in enumerate((1, 4, 16)):
-            side = size // down
-            level = base.reshape(side, down, side, down, 3).mean(axis=(1, 3)).astype(np.uint8)
-            writer.write(
-                level,
-                tile=(tile, tile),
-                compression="jpeg2000",
-                photometric="rgb",
-                description=description if index == 0 else None,
-                subfiletype=0 if index == 0 else 1,
-            )
-    return path
+    return write_aperio_j2k(path, tissue_like(size, seed=1), tile)
 
 
 def _settle(app, seconds: float) -> None:
@@ -285,9 +269,10 @@ def main() -> None:
     from napari_medvl._heatmap_job import FeatureCache
     from napari_medvl._heatmap_overlay import PENDING_KIND
     from napari_medvl._heatmap_widget import HeatmapWidget
-    from napari_medvl._slide_display import display_levels
+    from napari_medvl._slide_display import SYNC_SWITCH, display_levels
     from napari_medvl._stall_probe import StallProbe
 
+    os.environ[SYNC_SWITCH] = "1"  # the bench sets the slicing; the reader keeps it
     settings = get_settings()
     async_before = settings.experimental.async_
     with tempfile.TemporaryDirectory() as scratch:

@@ -9,7 +9,8 @@ class list changes and the time runs from the change to the dock's layers update
   paused      the new list is typed, the user pauses (the dock encodes the new classes' text
               in that pause, ``PREFETCH_MS`` after the last keystroke), then presses Run
   at once     a list with a class never seen before, Run at once: its text is encoded in
-              the run (22 CONCH templates)
+              the run (22 CONCH templates, one batch); the dock first shows the map of the
+              known classes (``first look``, timed too), then the complete map (timed)
   known       a list of classes seen before (one dropped, the order changed)
 
 and, interleaved with them in the same viewer, the floor: bare napari putting the same labels
@@ -19,6 +20,8 @@ a Labels and a Shapes layer of its own, added once (``floor add``) and then repl
 milliseconds of each, each dock scenario's median over the floor's median (ratio) and minus
 it (ms above the floor), and the medians of its two parts: the job (Run to its result on the
 GUI thread) and the presenter's update of the layers, table and legend (on the GUI thread).
+The dock's jobs run in the model process as in napari (MEDVL_MODEL_PROCESS=0: in threads); the
+bench says which, whether napari's process imported torch, and the load average.
 Needs a display: run it under tools/with_display.sh, with OMP_NUM_THREADS=1 on a busy box.
 """
 
@@ -50,28 +53,38 @@ def _drawn(app) -> float:
 
 
 def _encoded(widget, lines: str) -> bool:
-    """True when the dock's cache holds the text embedding of every class of ``lines``."""
+    """True when the text embedding of every class of ``lines`` is encoded (in the model
+    process, or in the dock's cache where the dock runs its jobs in threads)."""
     from medvl_engine.prompts import parse_class
+    from napari_medvl._segment_job import embeddings_ready
 
-    cache = widget.controller.cache
-    model, templates = widget.model.value, widget.templates.value
-    classes = [parse_class(line) for line in lines.splitlines()]
-    return all((model, templates, name, names) in cache.embeddings for name, names in classes)
+    classes = dict(parse_class(line) for line in lines.splitlines())
+    return embeddings_ready(
+        widget.controller.cache, widget.model.value, widget.templates.value, classes
+    )
 
 
 def _dock_change(app, widget, lines: str, pause: bool, parts: dict | None = None) -> float:
     """Milliseconds from the class list's change (or, after a pause, from Run) to the dock's
     layers updated and drawn; ``parts`` gathers the milliseconds of the job (Run to its
-    result on the GUI thread) and of the presenter's update (on the GUI thread)."""
+    result on the GUI thread), of the presenter's update (on the GUI thread) and, for a run
+    that shows the map of its known classes first, from the change to that first look drawn."""
     shown: list[float] = []
+    looked: list[float] = []
     original = widget.presenter.show_outcome
+    runner = widget.controller.runner
+    first_look = runner.on_partial
 
     def show(outcome) -> None:
         shown.append(time.perf_counter())
         original(outcome)
         shown.append(time.perf_counter())
 
-    widget.controller.runner._on_result = show
+    def look(partial) -> None:
+        first_look(partial)
+        looked.append(time.perf_counter())  # drawn by the wait loop's next turns
+
+    runner._on_result, runner.on_partial = show, look
     try:
         started = time.perf_counter()
         widget.classes.value = lines
@@ -86,15 +99,19 @@ def _dock_change(app, widget, lines: str, pause: bool, parts: dict | None = None
         widget.run()
         while not shown:
             app.processEvents()
+            if len(looked) == 1:
+                looked.append(_drawn(app))
             time.sleep(0.001)
         finished = _drawn(app)
     finally:
-        widget.controller.runner._on_result = original
+        runner._on_result, runner.on_partial = original, first_look
     if widget.runner.last_error is not None:
         raise RuntimeError(f"the dock failed: {widget.runner.last_error}")
     if parts is not None:
         parts.setdefault("job", []).append((shown[0] - started) * 1e3)
         parts.setdefault("update", []).append((shown[1] - shown[0]) * 1e3)
+        if looked:
+            parts.setdefault("first look", []).append((looked[-1] - started) * 1e3)
     return (finished - started) * 1e3
 
 
@@ -145,6 +162,14 @@ def _floor(app, viewer, widget, floor_layers: dict) -> tuple[str, float]:
             shapes.edge_color = colours
     finished = _drawn(app)
     return kind, (finished - started) * 1e3
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages (/proc/loadavg)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def _line(name: str, values: list[float], floor_ms: float | None) -> str:
@@ -208,12 +233,21 @@ def main() -> None:
                 f"slide {SLIDE_SIZE[0]} x {SLIDE_SIZE[1]} px, map {labels[0]} x {labels[1]} "
                 f"cells, {regions} polygons; rounds took {time.perf_counter() - started:.0f} s"
             )
+            from napari_medvl import _worker_process
+
+            child = _worker_process._shared.pid if _worker_process._shared is not None else None
+            print(
+                f"model process: {f'pid {child}' if child else 'none (threads)'}; torch in "
+                f"napari's process: {'torch' in sys.modules}; load {_load()}"
+            )
             for name in ("floor add", "floor replace"):
                 print(_line(name, times[name], None))
             for name in ("paused", "known", "at once"):
                 print(_line(name, times[name], floor))
                 job, update = (statistics.median(parts[name][k]) for k in ("job", "update"))
                 print(f"{'':<14} job {job:6.1f} ms, then layers + table + legend {update:6.1f} ms")
+                if parts[name].get("first look"):
+                    print(_line("  first look", parts[name]["first look"], floor))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ import numpy as np
 import torch
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support
+
+from tests.support.tiny_bert import write_tiny_bert  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -73,26 +77,8 @@ class IoDelayTask:
 
 def _tiny_bert(folder: Path) -> Path:
     """A randomly initialised 2-layer BERT with a word-piece vocabulary, saved to ``folder``."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    folder.mkdir(parents=True, exist_ok=True)
-    letters = list("abcdefghijklmnopqrstuvwxyz0123456789.,:;-")
     words = "tumor carcinoma invasive stroma adipose tissue lung breast colon seen".split()
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *letters]
-    vocab += [f"##{c}" for c in letters]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=256,
-    )
-    BertModel(config).save_pretrained(folder)
-    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
-    return folder
+    return write_tiny_bert(folder, words, hidden=64, max_positions=256)
 
 
 def _limit_task(root: Path, slides: int, patches: int, out_dir: Path):

@@ -215,6 +215,19 @@ def _tiny_topk_model(tmp_path: Path, **overrides) -> TopKSigLIP:
     return build_topksiglip(config, work_dir=tmp_path / "tokenizer")
 
 
+def _tiny_minilm_topk_model(tmp_path: Path) -> TopKSigLIP:
+    """The tiny TopKSigLIP with the shipped all-MiniLM-L6-v2 as its text tower, frozen, 64
+    tokens of context."""
+    return _tiny_topk_model(
+        tmp_path,
+        text_family="bert",
+        text_pretrained="all-MiniLM-L6-v2",
+        text_config={},
+        freeze_text=True,
+        context_length=64,
+    )
+
+
 def _make_brightness_scorer(model: TopKSigLIP) -> TopKSigLIP:
     """Hand-set the scorer f_g so that log w grows with the local mean brightness.
 
@@ -267,6 +280,13 @@ def tiny_topk_values():
 def tiny_topk_model():
     """``tiny_topk_model(tmp_path, **overrides)`` -> a randomly initialised tiny TopKSigLIP."""
     return _tiny_topk_model
+
+
+@pytest.fixture(scope="session")
+def tiny_minilm_topk_model():
+    """``tiny_minilm_topk_model(tmp_path)`` -> the tiny TopKSigLIP with a frozen MiniLM text
+    tower."""
+    return _tiny_minilm_topk_model
 
 
 @pytest.fixture(scope="session")

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medvl_engine.errors import ConfigError, ModelNotFoundError
+from medvl_engine.models.topksiglip_results import TopKRunReadouts
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from medvl_engine.io.mammo import BreastImage, Mammogram
     from medvl_engine.models.topksiglip import TopKSigLIP
     from medvl_engine.models.topksiglip_results import TopKResult, TopKRunSummary
@@ -40,7 +39,7 @@ _MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
-class BreastTopK:
+class BreastTopK(TopKRunReadouts):
     """TopK-Patch on one breast: what :func:`topk` computed and what it computed it on.
 
     result: the TopKResult (boxes ``{"CC": [M, 4], "MLO": [M', 4]}`` (x0, y0, x1, y1) source px
@@ -63,29 +62,9 @@ class BreastTopK:
     model_name: str | None = None
 
     @property
-    def boxes(self) -> dict[str, np.ndarray]:
-        """``{"CC": [M, 4], "MLO": [M', 4]}`` (x0, y0, x1, y1) source px of each view."""
-        return self.result.boxes
-
-    @property
-    def scores(self) -> dict[str, np.ndarray]:
-        """``{"CC": [M], "MLO": [M']}`` Plackett-Luce first-draw probabilities w_n / sum w."""
-        return self.result.scores
-
-    @property
-    def zero_shot(self) -> dict[str, dict[str, float]]:
-        """``{task: {class: probability}}`` from the paper's prompts."""
-        return self.result.zero_shot
-
-    @property
     def image_size(self) -> int:
         """Side S of the breast image the model scored (its ``config.image_size``)."""
         return int(self.breast.image.shape[0])
-
-    @property
-    def k_is_evaluated(self) -> bool:
-        """True when K is the K the model was evaluated with (its reported metrics hold)."""
-        return self.k == self.evaluated_k
 
     def summary(self) -> TopKRunSummary:
         """This run without its model: the result, the breast image, the views' files and VOI,

@@ -48,6 +48,7 @@ from medvl_engine.prompts import (
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
     from medvl_engine.encoders import PatchTextEncoder
     from medvl_engine.features import FeatureStore, PartialFeatures
@@ -296,8 +297,7 @@ def _features_and_encoder(
     and checked (milliseconds) before the model loads (seconds)."""
     from medvl_engine.features import FeatureStore, PartialFeatures, open_features_for_slide
 
-    store = partial = None
-    source = None
+    store = partial = source = None
     if isinstance(features, PartialFeatures):
         partial = features
     elif isinstance(features, FeatureStore):
@@ -425,34 +425,38 @@ def segment(
     progress: ProgressCallback | None = None,
     cancel: Cancel = None,
     device: str = "cpu",
+    class_embeddings: np.ndarray | torch.Tensor | None = None,
+    tissue: tuple[np.ndarray, float] | None = None,
 ) -> SegmentResult:
     """A tissue map of ``slide`` among ``classes`` with its regions and area table.
 
     ``classes``: names (each its own only name) or name -> names (synonyms), at least two;
     each becomes the ensemble of its names in ``templates`` (as :func:`classify`). ``overlap``
     1, 2 or 4: patches every 1, 1/2 or 1/4 of their side (one grid, extracted once and cached
-    like a heatmap's); a ``features`` file brings its own grid. ``logit_scale`` s (None: the
-    model's, :func:`~medvl_engine.segmentation.model_logit_scale`); cells whose best class
-    has probability below ``min_confidence`` (None: 0.5) are "uncertain". ``min_area_um2``
-    (None: 1e4), ``smooth`` and ``simplify`` (cells) shape the polygons
-    (:func:`~medvl_engine.segmentation.class_regions`). The other arguments as
-    :func:`classify` takes them. A map without tissue, or a class that wins nowhere, is said
-    in the result's ``notes``.
+    like a heatmap's); ``features`` (a file or a FeatureStore) bring their own grid.
+    ``logit_scale`` s (None: the model's, :func:`~medvl_engine.segmentation.model_logit_scale`);
+    cells whose best class has probability below ``min_confidence`` (None: 0.5) are
+    "uncertain". ``min_area_um2`` (None: 1e4), ``smooth`` and ``simplify`` (cells) shape the
+    polygons (:func:`~medvl_engine.segmentation.class_regions`). ``class_embeddings`` c_k
+    [K, D] in the order of ``classes`` (None: encoded here) and ``tissue`` (mask bool [h, w],
+    level-0 px per mask px; None: :func:`~medvl_engine.tiling.tissue_mask`) may come from a
+    caller that keeps them, with the same result. The rest as :func:`classify` takes them.
+    No tissue, or a class that wins nowhere, is said in the result's ``notes``.
     """
     from medvl_engine.errors import ConfigError
+    from medvl_engine.features import FeatureStore
     from medvl_engine.io.slide import open_slide
-    from medvl_engine.segmentation import (
-        DEFAULT_MIN_AREA_UM2,
-        DEFAULT_MIN_CONFIDENCE,
-        model_logit_scale,
-        segment_store,
-    )
+    from medvl_engine.segmentation import DEFAULT_MIN_AREA_UM2 as MIN_AREA
+    from medvl_engine.segmentation import DEFAULT_MIN_CONFIDENCE, model_logit_scale, segment_store
+    from medvl_engine.tiling import tissue_mask
 
     named = check_classes(classes)
     template_list = resolve_templates(templates)
     if overlap not in OVERLAPS:
         raise ConfigError(f"The overlap must be 1, 2 or 4 patches per side, got {overlap}.")
-    if features is not None and overlap != 1:
+    if class_embeddings is not None and len(class_embeddings) != len(named):
+        raise ConfigError(f"{len(class_embeddings)} class embeddings for {len(named)} classes.")
+    if features is not None and overlap != 1 and not isinstance(features, FeatureStore):
         raise ConfigError(
             "A features file brings its own patch grid; leave the overlap at 1, or drop the "
             "features to extract an overlapping grid."
@@ -467,25 +471,21 @@ def segment(
         if store is None:
             from medvl_engine.features import slide_features
 
+            stride = max(1, encoder.patch_size // overlap)
             store = slide_features(
-                source,
-                encoder,
-                store_path,
-                stride=max(1, encoder.patch_size // overlap),
-                progress=progress,
-                cancel=cancel,
+                source, encoder, store_path, stride=stride, progress=progress, cancel=cancel
             )
-        from medvl_engine.tiling import tissue_mask
-
-        embeddings = ensemble_embeddings(encoder.encode_text, named, template_list)  # [K, D]
+        if class_embeddings is None:  # [K, D]
+            class_embeddings = ensemble_embeddings(encoder.encode_text, named, template_list)
+        tissue = tissue_mask(source) if tissue is None else tissue
         result = segment_store(
             store,
             named,
-            embeddings,
-            tissue=tissue_mask(source),
+            class_embeddings,
+            tissue=tissue,
             logit_scale=model_logit_scale(encoder) if logit_scale is None else logit_scale,
             min_confidence=DEFAULT_MIN_CONFIDENCE if min_confidence is None else min_confidence,
-            min_area_um2=DEFAULT_MIN_AREA_UM2 if min_area_um2 is None else min_area_um2,
+            min_area_um2=MIN_AREA if min_area_um2 is None else min_area_um2,
             smooth=smooth,
             simplify=simplify,
             slide_dimensions=(int(source.dimensions[0]), int(source.dimensions[1])),

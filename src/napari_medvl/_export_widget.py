@@ -43,11 +43,14 @@ class ExportWidget(Container[Widget]):
         self.last_written: Path | None = None
         self.runner = self.controls.bind(self._written)
         self.controls.run_button.changed.connect(self.run)
-        for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
+        layer_events = napari_viewer.layers.events
+        for event in (layer_events.inserted, layer_events.removed, layer_events.renamed):
             event.connect(self._refresh_choices)
+        layer_events.inserted.connect(self._watch_metadata)
+        for layer in napari_viewer.layers:
+            layer.events.metadata.connect(self._refresh_choices)
         self.layer_choice.changed.connect(self._propose_path)
         self._refresh_choices()
-        self._propose_path()
 
     def _propose_path(self, _value: Any = None) -> None:
         """Name the file after the chosen layer, beside its input image, keeping the suffix
@@ -68,10 +71,18 @@ class ExportWidget(Container[Widget]):
             if exportable(getattr(layer, "metadata", {}))
         ]
 
+    def _watch_metadata(self, event: Any) -> None:
+        """A docked result fills a pending layer by setting its metadata (a TopK result, then
+        renamed): the list of exportable layers follows it."""
+        event.value.events.metadata.connect(self._refresh_choices)
+
     def _refresh_choices(self, _event: Any = None) -> None:
+        """The exportable layers; the last one is chosen when none is, and the path follows the
+        chosen layer's name until the user types one."""
         self.layer_choice.reset_choices()
         if self.layer_choice.value is None and self.layer_choice.choices:
             self.layer_choice.value = self.layer_choice.choices[-1]
+        self._propose_path()
 
     def run(self, _value: Any = None) -> Any:
         """Start writing the chosen layer to the chosen file; returns the worker or None."""

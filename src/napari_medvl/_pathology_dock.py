@@ -22,6 +22,7 @@ from napari_medvl._model_picker import ModelPicker
 from napari_medvl._notify import report_error
 from napari_medvl._slide_layers import SLIDE_KIND
 from napari_medvl._widget_common import JobControls, layers_of_kind
+from napari_medvl._worker_process import attach_viewer
 
 if TYPE_CHECKING:
     import napari
@@ -132,6 +133,7 @@ class PathologyController(Generic[CacheT, RequestT, OutcomeT]):
         self.form = form
         self.cache = cache
         self.runner: JobRunner = form.controls.bind(on_result)
+        attach_viewer(viewer)  # the model process stops when the last such viewer closes
 
     def model_changed(self, _value: Any = None) -> None:
         """The chosen model's demo notice under the status line."""

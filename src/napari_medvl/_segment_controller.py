@@ -1,5 +1,6 @@
 """The "Segment by prompts" dock's controller: checks the form's inputs, starts and cancels
-segmentation jobs and shows the model's notice; no Qt layout, no layers."""
+segmentation jobs (in the model process where it can, :mod:`._segment_job`) and shows the
+model's notice; no Qt layout, no layers."""
 
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ class SegmentController(PathologyController[SegmentCache, SegmentRequest, Segmen
         )
 
     def prefetch(self, _value: Any = None) -> threading.Thread | None:
-        """Encode the text of the classes typed so far that the cache lacks, in a thread
-        (the dock calls this once the class list has been left alone for a moment); returns
-        the thread, or None when there is nothing to encode or the lines do not parse."""
+        """Encode the text of the classes typed so far that the cache lacks, in a thread (in
+        the model process when the model is there; the dock calls this once the class list
+        has been left alone for a moment); returns the thread, or None when there is nothing
+        to encode or the lines do not parse."""
         from medvl_engine.errors import MedVLError
         from medvl_engine.prompts import parse_class
 

@@ -1,35 +1,53 @@
 """The segmentation job: features, class embeddings and the map, with progress, off the GUI
 thread; and the recount job that follows an edit of the map.
 
-No Qt here. The job does what :func:`medvl_engine.pathology.segment` (``medvl segment``) does,
-from the same public pieces, keeping in a ``SegmentCache`` what a new class list does not
-change: the encoder, the feature store of (slide, model, grid or features file), the slide's
-tissue mask and each class's prompt-ensemble embedding c_k [D] (by model, templates and
-names). A changed class list then costs only the text of the new classes and the map
-(``segment_store``: p = softmax_k(s * v_i . c_k) over the N patches, the cells, the regions).
+No Qt here. The job calls :func:`medvl_engine.pathology.segment` (what ``medvl segment``
+calls) with what a ``SegmentCache`` keeps because a new class list does not change it: the
+encoder, the feature store of (slide, model, grid or features file), the slide's tissue mask
+and each class's prompt-ensemble embedding c_k [D] (by model, templates and names). A changed
+class list then costs only the text of the new classes (every template x synonym of them in
+one batch of the text encoder) and the map (p = softmax_k(s * v_i . c_k) over the N patches,
+the cells, the regions).
+
+Where it can, the job runs in the model process (:mod:`._worker_process`; the child runs
+:func:`segment_here` on its own SegmentCache, :mod:`._worker_segment`): napari's process then
+holds no model, features or class embeddings and never imports torch; the outcome's result is
+the engine's SegmentResult (numpy only) with the torch-free StoreSummary as its ``store``.
+Napari's cache then records what the child holds: LoadedElsewhere encoders and, in
+``elsewhere``, the embedding keys the child has encoded. The job runs here, in threads, when
+no process can be started, when the slide is not a file the child can open, or when the cache
+holds a model loaded here. The recount (pure numpy) always runs here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from napari_medvl._heatmap_job import LoadedElsewhere
 from napari_medvl._progress import Progress, run_with_progress
 
+if TYPE_CHECKING:
+    from napari_medvl._worker_process import ModelProcess
+
 __all__ = [
+    "FirstLook",
     "RecountOutcome",
     "SegmentCache",
     "SegmentOutcome",
     "SegmentRequest",
     "class_embeddings",
+    "embeddings_ready",
     "format_areas",
     "prefetch_embeddings",
     "recount_job",
+    "segment_here",
     "segment_job",
 ]
 
@@ -57,39 +75,131 @@ class SegmentOutcome:
 
 
 @dataclass
+class FirstLook:
+    """The map of the classes whose text is known already, shown while the text of the
+    ``pending`` classes (new to this run) is encoded: ``result`` is the engine's
+    SegmentResult of those known classes (at least two), ``request`` the run's (None while
+    it comes from the model process, which does not send the slide back)."""
+
+    result: Any
+    pending: tuple[str, ...]
+    request: SegmentRequest | None = None
+
+    @property
+    def outcome(self) -> SegmentOutcome:
+        assert self.request is not None
+        return SegmentOutcome(self.request, self.result)
+
+
+@dataclass
 class SegmentCache:
-    """Encoders by model name; feature stores by (slide file, model, overlap, features file);
-    tissue masks (mask, downsample) by slide file; class embeddings float32 [D] by (model,
-    templates, class name, its names), computed under ``text_lock`` (one text encoding at a
-    time: a tokenizer is not safe to share between threads)."""
+    """Encoders by model name (a LoadedElsewhere where the model process holds it); feature
+    stores by (slide file, model, overlap, features file); tissue masks (mask, downsample) by
+    slide file; class embeddings float32 [D] by (model, templates, class name, its names),
+    computed under ``text_lock`` (one text encoding at a time: a tokenizer is not safe to
+    share between threads); ``elsewhere``: the embedding keys the model process ``child``
+    (its pid) holds."""
 
     encoders: dict[str, Any] = field(default_factory=dict)
     stores: dict[tuple[str, str, int, str], Any] = field(default_factory=dict)
     tissues: dict[str, tuple[np.ndarray, float]] = field(default_factory=dict)
     embeddings: dict[tuple[str, str, str, tuple[str, ...]], Any] = field(default_factory=dict)
     text_lock: threading.Lock = field(default_factory=threading.Lock)
+    elsewhere: set[tuple[str, str, str, tuple[str, ...]]] = field(default_factory=set)
+    child: int | None = None
 
 
 def _store_key(request: SegmentRequest) -> tuple[str, str, int, str]:
     return (str(request.slide.path), request.model, request.overlap, str(request.features or ""))
 
 
+def _embedding_keys(
+    model: str, templates: str, classes: dict[str, tuple[str, ...]]
+) -> dict[str, tuple[str, str, str, tuple[str, ...]]]:
+    return {name: (model, templates, name, tuple(names)) for name, names in classes.items()}
+
+
+def embeddings_ready(
+    cache: SegmentCache, model: str, templates: str, classes: dict[str, tuple[str, ...]]
+) -> bool:
+    """True when every class of ``classes`` has its embedding, here or in the model process."""
+    return all(
+        key in cache.embeddings or key in cache.elsewhere
+        for key in _embedding_keys(model, templates, classes).values()
+    )
+
+
+_WORKER = "napari_medvl._worker_segment"
+
+
 def segment_job(
     request: SegmentRequest, cache: SegmentCache, cancel: threading.Event | None = None
-) -> Generator[Progress, None, SegmentOutcome]:
+) -> Generator[Progress | FirstLook, None, SegmentOutcome]:
     """Generator job: load the encoder, read or extract the features (once per slide, model
-    and grid), then map the classes."""
+    and grid), then map the classes; in the model process where it can (module docstring).
+    A run with classes whose text is not encoded yet first yields the :class:`FirstLook` of
+    the known ones (when there are two or more)."""
+    process = _process_for(request, cache, cancel)
+    if process is None:
+        return (yield from segment_here(request, cache, cancel))
+    if cache.child != process.pid:  # a new model process holds no text of an earlier one
+        cache.elsewhere.clear()
+        cache.child = process.pid
+    payload = {name: getattr(request, name) for name in SegmentRequest.__dataclass_fields__}
+    payload["slide"] = str(request.slide.path)
+    steps = process.run(f"{_WORKER}:segment_in_child", payload, cancel, label="segmentation")
+    try:
+        while True:
+            try:
+                item = next(steps)
+            except StopIteration as finished:
+                result = finished.value
+                break
+            yield (
+                dataclasses.replace(item, request=request) if isinstance(item, FirstLook) else item
+            )
+    finally:
+        steps.close()  # cancels the child's job when this one is closed
+    cache.encoders.setdefault(request.model, LoadedElsewhere(request.model))
+    cache.elsewhere.update(
+        _embedding_keys(request.model, request.templates, request.classes).values()
+    )
+    return SegmentOutcome(request, result)
+
+
+def _process_for(
+    request: SegmentRequest, cache: SegmentCache, cancel: threading.Event | None
+) -> ModelProcess | None:
+    """The model process for ``request``, or None to run it in this process."""
+    loaded = cache.encoders.get(request.model)
+    if loaded is not None and not isinstance(loaded, LoadedElsewhere):
+        return None  # a model loaded here, with its features and embeddings
+    if not Path(str(getattr(request.slide, "path", ""))).exists():
+        return None  # the child opens the slide from its file
+    from napari_medvl._worker_process import model_process
+
+    return model_process(cancel)
+
+
+def segment_here(
+    request: SegmentRequest, cache: SegmentCache, cancel: threading.Event | None = None
+) -> Generator[Progress | FirstLook, None, SegmentOutcome]:
+    """:func:`segment_job` in this process (threads): the model loads into ``cache``, and
+    :func:`medvl_engine.pathology.segment` maps the classes with the cached store, tissue
+    mask and class embeddings (those missing computed and kept); the first look of the
+    known classes comes before the new classes' text is encoded."""
     from medvl_engine.encoders import load_encoder
     from medvl_engine.errors import CancelledError
 
     encoder = cache.encoders.get(request.model)
-    if encoder is None:
+    if encoder is None or isinstance(encoder, LoadedElsewhere):
         encoder = yield from run_with_progress(
             "loading model", lambda progress: load_encoder(request.model), cancel=cancel
         )
         cache.encoders[request.model] = encoder
     key = _store_key(request)
     store = cache.stores.get(key)
+    extracted = store is None and request.features is None
     if store is None:
         store = yield from run_with_progress(
             "features",
@@ -97,14 +207,49 @@ def segment_job(
             cancel=cancel,
         )
         cache.stores[key] = store
-        extracted = request.features is None
-    else:
-        extracted = False
-    result = _segment(request, encoder, store, cache)
+    keys = _embedding_keys(request.model, request.templates, request.classes)
+    known = {
+        name: names for name, names in request.classes.items() if keys[name] in cache.embeddings
+    }
+    if 2 <= len(known) < len(request.classes):
+        first = _segment(request, known, encoder, store, cache)
+        yield FirstLook(
+            first, tuple(name for name in request.classes if name not in known), request
+        )
+    result = _segment(request, request.classes, encoder, store, cache)
     result.extracted = extracted
     if cancel is not None and cancel.is_set():
         raise CancelledError("The segmentation was cancelled.")
     return SegmentOutcome(request, result)
+
+
+def _segment(
+    request: SegmentRequest,
+    classes: dict[str, tuple[str, ...]],
+    encoder: Any,
+    store: Any,
+    cache: SegmentCache,
+) -> Any:
+    """The engine's segment() of ``classes`` on the request's slide with the cached store,
+    tissue mask and class embeddings [K, D] (those missing computed and kept)."""
+    from medvl_engine.pathology import segment
+    from medvl_engine.tiling import tissue_mask
+
+    embeddings = class_embeddings(cache, encoder, request.model, request.templates, classes)
+    slide_key = str(request.slide.path)
+    if slide_key not in cache.tissues:
+        cache.tissues[slide_key] = tissue_mask(request.slide)
+    return segment(
+        request.slide,
+        classes,
+        encoder,
+        templates=request.templates,
+        overlap=request.overlap,
+        min_confidence=request.min_confidence,
+        features=store,
+        class_embeddings=embeddings,
+        tissue=cache.tissues[slide_key],
+    )
 
 
 def _features(
@@ -144,13 +289,14 @@ def class_embeddings(
     classes: dict[str, tuple[str, ...]],
 ) -> Any:
     """Class embeddings c_k float32 [K, D] of ``classes`` (name -> names) in the prompt
-    ensembles of ``templates`` (:func:`medvl_engine.prompts.ensemble_embeddings`), encoding
-    only the classes ``cache`` does not hold yet."""
+    ensembles of ``templates`` (:func:`medvl_engine.prompts.ensemble_embeddings`: every
+    template x name text of the classes ``cache`` does not hold yet in one batch of the
+    text encoder), keeping each class's row in ``cache``."""
     import torch
 
     from medvl_engine.prompts import ensemble_embeddings, resolve_templates
 
-    keys = {name: (model, templates, name, tuple(names)) for name, names in classes.items()}
+    keys = _embedding_keys(model, templates, classes)
     with cache.text_lock:
         missing = {
             name: names for name, names in classes.items() if keys[name] not in cache.embeddings
@@ -166,52 +312,33 @@ def prefetch_embeddings(
     cache: SegmentCache, model: str, templates: str, classes: dict[str, tuple[str, ...]]
 ) -> threading.Thread | None:
     """Encode, in a thread, the classes' ensembles ``cache`` lacks while the user is still at
-    the class list, so the run that follows finds them; None when the model is not loaded
+    the class list, so the run that follows finds them: in the model process when the model
+    is loaded there (the child keeps them), else here. None when the model is not loaded
     yet (its first run loads it) or nothing is missing."""
     encoder = cache.encoders.get(model)
-    if encoder is None or all(
-        (model, templates, name, tuple(names)) in cache.embeddings
-        for name, names in classes.items()
-    ):
+    if encoder is None or embeddings_ready(cache, model, templates, classes):
         return None
 
     def encode() -> None:
         try:
-            class_embeddings(cache, encoder, model, templates, classes)
+            if isinstance(encoder, LoadedElsewhere):
+                from napari_medvl._worker_process import model_process
+
+                process = model_process()
+                if process is None:
+                    return
+                payload = {"model": model, "templates": templates, "classes": classes}
+                encoded = process.call(f"{_WORKER}:embeddings_in_child", payload)
+                keys = _embedding_keys(model, templates, classes)
+                cache.elsewhere.update(keys[name] for name in encoded)
+            else:
+                class_embeddings(cache, encoder, model, templates, classes)
         except Exception:  # the run itself reports what is wrong with these classes
             return
 
     thread = threading.Thread(target=encode, name="medvl class text", daemon=True)
     thread.start()
     return thread
-
-
-def _segment(request: SegmentRequest, encoder: Any, store: Any, cache: SegmentCache) -> Any:
-    """``segment_store`` with the cached tissue mask and class embeddings (computing those
-    missing), with ``segment``'s defaults for the logit scale, minimum area and smoothing."""
-    from medvl_engine.prompts import resolve_templates
-    from medvl_engine.segmentation import model_logit_scale, segment_store
-    from medvl_engine.tiling import tissue_mask
-
-    embeddings = class_embeddings(
-        cache, encoder, request.model, request.templates, request.classes
-    )  # [K, D]
-    slide_key = str(request.slide.path)
-    tissue = cache.tissues.get(slide_key)
-    if tissue is None:
-        tissue = cache.tissues[slide_key] = tissue_mask(request.slide)
-    width, height = request.slide.dimensions
-    return segment_store(
-        store,
-        request.classes,
-        embeddings,
-        tissue=tissue,
-        logit_scale=model_logit_scale(encoder),
-        min_confidence=request.min_confidence,
-        slide_dimensions=(int(width), int(height)),
-        model=encoder.name,
-        templates=resolve_templates(request.templates),
-    )
 
 
 @dataclass

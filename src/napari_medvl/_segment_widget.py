@@ -6,10 +6,13 @@ maps every cell of the tissue to its most probable class (or "uncertain"), shown
 layer per slide, ``tissue map: <slide>``, with its regions' outlines as a shapes layer,
 ``regions: <slide>``, each class's area and share of the tissue in the dock and a legend of
 the class colours (what :func:`medvl_engine.pathology.segment`, ``medvl segment``, computes).
-Work runs off the GUI thread; Ctrl+Enter runs. Features, tissue mask and class embeddings are
-kept, so a run with a changed class list only encodes the new classes' text, and that text is
-encoded while the user pauses at the list (``PREFETCH_MS`` after the last keystroke), so the
-run finds it ready. Painting on the labels layer recounts the areas and redraws the outlines.
+Work runs in the model process (napari's own process never imports torch), or in threads
+where no process can start; Ctrl+Enter runs. Features, tissue mask and class embeddings are
+kept (in the model process), so a run with a changed class list only encodes the new classes'
+text, and that text is encoded while the user pauses at the list (``PREFETCH_MS`` after the
+last keystroke), so the run finds it ready; a run that must encode it first shows the map of
+the classes known already, then the complete map. Painting on the labels layer recounts the
+areas and redraws the outlines.
 
 The dock is its form (``_segment_form``), wired to its controller (``_segment_controller``:
 checks the inputs, runs the job) and its presenter (``_segment_presenter``: table, legend and
@@ -50,6 +53,7 @@ class SegmentWidget(PathologyDock[SegmentCache, SegmentRequest, SegmentOutcome],
             cache if cache is not None else SegmentCache(),
             on_result=self.presenter.show_outcome,
         )
+        self.controller.runner.on_partial = self.presenter.show_first_look
         self.wire(napari_viewer, self)
         self._prefetch_timer = QTimer(self.native)
         self._prefetch_timer.setSingleShot(True)

@@ -16,6 +16,7 @@ from napari_medvl._progress import Progress
 from napari_medvl._topk_form import K_LIMIT_UNKNOWN, TopKForm
 from napari_medvl._topk_job import TopKOutcome, TopKRequest, preload_topk_model, topk_job
 from napari_medvl._widget_common import JobControls
+from napari_medvl._worker_process import attach_viewer
 
 if TYPE_CHECKING:
     import napari
@@ -73,6 +74,7 @@ class TopKController:
         self.runner: JobRunner = form.controls.bind(on_result)
         self.hang_runner: JobRunner = JobControls().bind(on_hung)
         self.voi_runner: JobRunner = JobControls().bind(on_voi)
+        attach_viewer(viewer)  # the model process stops when the last such viewer closes
 
     def mammograms(self) -> list[tuple[str, Any]]:
         """The mammogram layers the form offers."""

@@ -2,8 +2,12 @@
 
 The result layers of the chosen pair (importance maps, box rims, boxes, labels on both views)
 are added empty and invisible as soon as the CC and MLO are chosen, one per event-loop turn
-(``_mammo_layers.pending_topk_layers``): adding a napari layer holds the GUI thread 0.2 - 0.8 s,
-so a result, first or not, only fills these layers (one per turn) and adds none. "Hang views"
+(``_mammo_layers.pending_topk_layers``): adding a napari layer holds the GUI thread 0.2 - 1.5 s,
+so a result, first or not, only fills these layers (one per turn, in place: the same layer
+objects) and adds none. Those of the exam's other breast (its one CC and one MLO) follow,
+while no TopK job runs or result is drawn, so that its Run fills layers too. Once drawn (their
+shaders built, the rank glyphs rendered) pending layers are hidden: napari draws a visible
+layer on every frame even at opacity 0; a result shows its layers again. "Hang views"
 places the views in the four-view layout (:mod:`._mammo_hanging`) and "Reset window" puts every
 mammogram back on its DICOM VOI window.
 """
@@ -15,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from napari_medvl._colorbar import shows_legend
 from napari_medvl._event_turns import (
     GLYPH_RANKS,
+    GLYPH_STEP_MS,
+    IMPORT_POLL_MS,
     import_in_background,
     later,
     show_glyphs,
@@ -42,6 +48,7 @@ __all__ = ["LEGEND_KINDS", "TopKPresenter"]
 PREPARE_DELAY_MS = 50  # the dock's own layout and drawing come first, in their own turn
 LEGEND_KINDS = ("topk",)  # medvl_kind of the importance maps whose colour bar the dock shows
 MODEL_AFTER_LAYERS_MS = 600  # after the result layers' first draws (their shaders and glyphs)
+HIDE_PENDING_MS = 1000  # a pending layer is drawn this long (its shaders), then hidden
 
 
 class TopKPresenter:
@@ -55,6 +62,9 @@ class TopKPresenter:
         self._glyphs = prerender_glyphs(form.native, viewer)  # for the rank labels
         self._queued: list[LayerData] = []  # result data waiting for its turn
         self._preparing: list[LayerData] = []  # pending layers waiting for their turn
+        self._chosen_names: set[str] = set()  # result names of the chosen pair's layers
+        self._wanted_names: set[str] = set()  # those and the other breast's: not taken over
+        self._preload_due = False  # the model loads once the chosen pair's layers are there
         self._adding_pending = False  # one chain of turns adds them, however often prepared
         self.last_outcome: TopKOutcome | None = None
         self.outcomes: dict[str | None, TopKOutcome] = {}
@@ -110,6 +120,13 @@ class TopKPresenter:
         waiting = self._pending_layer(name)
         if waiting is not None and name not in self._viewer.layers:
             waiting.name = name
+        if waiting is not None and not waiting.visible:  # hidden while pending
+            block = getattr(waiting, "_block_refresh", None)  # the fill below refreshes it
+            if block is None:
+                waiting.visible = True
+            else:
+                with block():
+                    waiting.visible = True
         upsert_layer(self._viewer, layer_data)
         if self._queued:
             later(self.form.native, 0, self._fill_next_layer)
@@ -164,24 +181,74 @@ class TopKPresenter:
         if cc is None or mlo is None or cc is mlo:
             return
         laterality = cc.metadata.get("laterality") or mlo.metadata.get("laterality")
+        chosen = pending_topk_layers(self.controller.frames(), laterality)
+        others = [
+            layer_data
+            for side, frames in self._other_pairs(laterality, (cc, mlo))
+            for layer_data in pending_topk_layers(frames, side)
+        ]
+        self._chosen_names = {layer_data[1]["metadata"]["result_name"] for layer_data in chosen}
+        self._wanted_names = self._chosen_names | {
+            layer_data[1]["metadata"]["result_name"] for layer_data in others
+        }
         self._preparing = [
             layer_data
-            for layer_data in pending_topk_layers(self.controller.frames(), laterality)
+            for layer_data in chosen + others
             if layer_data[1]["metadata"]["result_name"] not in self._viewer.layers
             and self._pending_layer(layer_data[1]["metadata"]["result_name"]) is None
         ]
+        self._preload_due = True
         if not self._adding_pending:
             self._adding_pending = True
             self._add_next_pending()
 
+    def _other_pairs(
+        self, laterality: str | None, chosen: tuple[Any, Any]
+    ) -> list[tuple[str, dict[str, WorldFrame]]]:
+        """(laterality, world frames of its CC and MLO) of each other breast in the viewer
+        with exactly one CC and one MLO view (a breast with more, a prior exam's say, is left
+        to its own choice)."""
+        from medvl_engine.io.mammo import view_family
+
+        views: dict[str, dict[str, list[Any]]] = {}
+        for _, layer in self.controller.mammograms():
+            side = layer.metadata.get("laterality")
+            family = view_family(layer.metadata.get("view"))
+            if side in (None, laterality) or family is None or any(layer is c for c in chosen):
+                continue
+            views.setdefault(side, {}).setdefault(family, []).append(layer)
+        return [
+            (side, {v: WorldFrame.from_dict(found[v][0].metadata["world_frame"]) for v in found})
+            for side, found in sorted(views.items())
+            if len(found.get("CC", [])) == 1 and len(found.get("MLO", [])) == 1
+        ]
+
     def _add_next_pending(self) -> None:
         """Add (or take over) one pending layer per event-loop turn; shapes layers wait for
-        pandas, imported in the background. A result queued meanwhile fills what exists and
-        adds the rest itself."""
-        if not self._preparing or self._queued or not viewer_open(self._viewer):
-            if self._adding_pending and not self._queued:  # the pair's layers are all there
-                later(self.form.native, MODEL_AFTER_LAYERS_MS, self.controller.preload_model)
+        pandas, imported in the background. A result queued meanwhile fills what exists of
+        its pair and adds the rest itself; the other breast's layers wait while a TopK job
+        runs or a result is drawn (each add holds the GUI thread), then follow."""
+        if not viewer_open(self._viewer):
+            self._preparing.clear()
+        if self._queued:  # the result adds the chosen pair's missing layers itself
+            self._preparing = [
+                layer_data
+                for layer_data in self._preparing
+                if layer_data[1]["metadata"]["result_name"] not in self._chosen_names
+            ]
+            self._preload_due = False  # the run loads the model
+        chosen_left = any(
+            layer_data[1]["metadata"]["result_name"] in self._chosen_names
+            for layer_data in self._preparing
+        )
+        if self._preload_due and not chosen_left:  # the pair's layers are all there
+            self._preload_due = False
+            later(self.form.native, MODEL_AFTER_LAYERS_MS, self.controller.preload_model)
+        if not self._preparing:
             self._adding_pending = False
+            return
+        if not chosen_left and (self._queued or self.controller.runner.running):
+            later(self.form.native, IMPORT_POLL_MS, self._add_next_pending)
             return
         shapes_need = [self._pandas, self._glyphs]
         if self._preparing[0][2] == "shapes" and not all(e.is_set() for e in shapes_need):
@@ -195,17 +262,42 @@ class TopKPresenter:
             layer = self._take_over_pending(layer_data) or add_layer(self._viewer, layer_data)
         if layer is not None and name.split(" ")[-2] == "labels":
             show_glyphs(self.form.native, self._viewer, layer, TOPK_PENDING_KIND, GLYPH_RANKS[1:])
+        if layer is not None:
+            later(self.form.native, HIDE_PENDING_MS, lambda: self._hide_when_drawn(layer))
         later(self.form.native, 0, self._add_next_pending)
 
+    def _hide_when_drawn(self, layer: Any) -> None:
+        """Hide a pending layer once it has been drawn (its shaders built; a labels layer's
+        glyphs rendered, its last glyph rank shown a draw ago): napari draws every visible
+        layer on every frame, even at opacity 0 (16 of them for a four-view exam: each pan
+        frame costs more), and skips hidden ones. A result makes it visible again."""
+        if (
+            not viewer_open(self._viewer)
+            or layer not in self._viewer.layers
+            or layer.metadata.get("medvl_kind") != TOPK_PENDING_KIND
+        ):
+            return
+        labels = layer.metadata["result_name"].split(" ")[-2] == "labels"
+        if labels and layer.features["rank"][0] != GLYPH_RANKS[-1]:  # glyphs still showing
+            later(self.form.native, GLYPH_STEP_MS, lambda: self._hide_when_drawn(layer))
+            return
+        if labels and not layer.metadata.get("glyphs_drawn"):
+            layer.metadata["glyphs_drawn"] = True  # hidden after one more draw
+            later(self.form.native, GLYPH_STEP_MS * 2, lambda: self._hide_when_drawn(layer))
+            return
+        layer.visible = False
+
     def _take_over_pending(self, layer_data: LayerData) -> Any:
-        """A pending layer of another pair (never filled) in the same role and view, renamed
-        and moved to this pair's view; None when there is none."""
+        """A pending layer of another pair (never filled, and not one the chosen pair or the
+        other breast waits for) in the same role and view, renamed and moved to this pair's
+        view; None when there is none."""
         data, kwargs, layer_type = layer_data
         role = kwargs["metadata"]["result_name"].split(" ")[-2:]
         for layer in self._viewer.layers:
             metadata = layer.metadata
             if (
                 metadata.get("medvl_kind") == TOPK_PENDING_KIND
+                and metadata["result_name"] not in self._wanted_names
                 and metadata["result_name"].split(" ")[-2:] == role
                 and type(layer).__name__.lower() == layer_type
             ):
@@ -240,13 +332,47 @@ class TopKPresenter:
             frames = self._frames_of(outcome)
             if frames is not None:
                 self._draw(outcome, frames)
-        self._viewer.reset_view()
+        self._move_pending(self._pending_moves())  # then the view resets
         message = f"Hung {len(hung)} view(s)."
         if skipped:
             message += (
                 f" Left in place (view or side unknown, or a second copy): {', '.join(skipped)}."
             )
         self.form.controls.status.value = message
+
+    def _pending_moves(self) -> list[tuple[Any, str, Any]]:
+        """(pending layer, attribute, value) that place each pending layer of the chosen pair
+        and the other breast on its view's present frame (an invisible layer left where a
+        view was would widen the viewer's range)."""
+        cc, mlo = self.form.cc_choice.value, self.form.mlo_choice.value
+        if cc is None or mlo is None or cc is mlo:
+            return []
+        laterality = cc.metadata.get("laterality") or mlo.metadata.get("laterality")
+        pairs = [(laterality, self.controller.frames())]
+        pairs += self._other_pairs(laterality, (cc, mlo))
+        moves = []
+        for side, frames in pairs:
+            for data, kwargs, layer_type in pending_topk_layers(frames, side):
+                layer = self._pending_layer(kwargs["metadata"]["result_name"])
+                if layer is not None:
+                    moves.append(
+                        (layer, "affine", kwargs["affine"])
+                        if layer_type == "image"
+                        else (layer, "data", data)
+                    )
+        return moves
+
+    def _move_pending(self, moves: list[tuple[Any, str, Any]]) -> None:
+        """Make one move per event-loop turn (each refreshes its layer), then fit the view."""
+        if not viewer_open(self._viewer):
+            return
+        if not moves:
+            self._viewer.reset_view()
+            return
+        layer, attribute, value = moves.pop(0)
+        if layer in self._viewer.layers and layer.metadata.get("medvl_kind") == TOPK_PENDING_KIND:
+            setattr(layer, attribute, value)
+        later(self.form.native, 0, lambda: self._move_pending(moves))
 
     def _frames_of(self, outcome: TopKOutcome) -> dict[str, WorldFrame] | None:
         frames = {}

@@ -19,7 +19,7 @@ for the child's lifetime (models, open slides); ``cancel`` is set by ("cancel", 
 returns what it returns, and raises its MedVLError (one sentence) again. Small results (score
 grids of a few hundred kB, a TopK run with its breast image of a few MB) are pickled whole;
 the patch features stay in the child (and in the feature store on disk). Handlers:
-:mod:`._worker_heatmap`, :mod:`._worker_classify`, :mod:`._worker_topk`.
+:mod:`._worker_heatmap`, :mod:`._worker_classify`, :mod:`._worker_topk`, :mod:`._worker_segment`.
 
 The process stops when the last viewer that used it closes (:func:`attach_viewer`), at
 interpreter exit, or when napari's process dies (the child's end of the pipe reads EOF).

@@ -7,7 +7,8 @@ grid [rows, cols] and scores [N] float32, a few hundred kB for a large slide; it
 imports torch only inside the functions that score), a :class:`StoreSummary` (what the layers
 and exports read of the store: coords [N, 2] (x, y) level-0 px, patch size, mpp, dimensions,
 path) and, for a classification, the :class:`ClassScores`. The handlers that make them:
-:mod:`._worker_heatmap`, :mod:`._worker_classify`.
+:mod:`._worker_heatmap`, :mod:`._worker_classify`, :mod:`._worker_segment` (a SegmentResult
+whose store is a :class:`StoreSummary`).
 """
 
 from __future__ import annotations

@@ -352,26 +352,12 @@ TOWER_WORDS = (
 
 def _tiny_tower(folder: Path, *, hidden: int = 32, out_dim: int | None = 16, seed: int = 0):
     """A randomly initialised 2-layer BERT + word-piece tokenizer saved to and loaded from disk."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertModel, BertTokenizerFast
 
     from medvl_engine.encoders import TextTower
+    from tests.support.tiny_bert import write_tiny_bert
 
-    folder.mkdir(parents=True, exist_ok=True)
-    letters = list("abcdefghijklmnopqrstuvwxyz0123456789.,:;-")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TOWER_WORDS, *letters]
-    vocab += [f"##{c}" for c in letters]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=2 * hidden,
-        max_position_embeddings=128,
-    )
-    BertModel(config).save_pretrained(folder)
-    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)  # keyword is ignored
+    write_tiny_bert(folder, TOWER_WORDS, hidden=hidden, max_positions=128, seed=seed)
     backbone = BertModel.from_pretrained(folder, local_files_only=True)
     tokenizer = BertTokenizerFast.from_pretrained(folder, local_files_only=True)
     projection = torch.nn.Linear(hidden, out_dim, bias=False) if out_dim else None

@@ -213,6 +213,53 @@ def test_segment_gives_the_regions_and_areas_medvl_segment_writes(
     assert written["features"][0]["properties"]["classification"]["name"] == result.regions[0].name
 
 
+def test_segment_with_kept_embeddings_tissue_and_store_maps_as_from_the_slide(
+    slide_path, demo_encoder
+):
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.pathology import segment
+    from medvl_engine.prompts import ensemble_embeddings, resolve_templates
+    from medvl_engine.tiling import tissue_mask
+
+    encoder = demo_encoder()
+    classes = {"tumor": ("tumor", "carcinoma"), "stroma": ("stroma",), "adipose": ("fat",)}
+    with open_slide(slide_path) as slide:
+        default = segment(slide, classes, encoder, overlap=2)  # CONCH templates, 1/2 grid
+        stride_store = default.store
+        kept = ensemble_embeddings(encoder.encode_text, classes, resolve_templates("conch"))
+        tissue = tissue_mask(slide)
+
+        class Silent:  # the encoder, refusing to encode text: the kept embeddings are used
+            def __getattr__(self, name):
+                return getattr(encoder, name)
+
+            def encode_text(self, texts):
+                raise AssertionError(f"text encoded again: {texts[:2]}")
+
+        given = segment(
+            slide,
+            classes,
+            Silent(),
+            overlap=2,
+            features=stride_store,  # the store of the 1/2 grid is used on its own grid
+            class_embeddings=kept.numpy(),
+            tissue=tissue,
+        )
+        with pytest.raises(ConfigError, match="2 class embeddings for 3 classes"):
+            segment(slide, classes, encoder, features=stride_store, class_embeddings=kept[:2])
+    assert given.store is stride_store and stride_store.stride == encoder.patch_size // 2
+    assert not given.extracted
+    np.testing.assert_array_equal(given.class_map.labels, default.class_map.labels)
+    np.testing.assert_array_equal(given.class_map.probabilities, default.class_map.probabilities)
+    assert given.table == default.table and given.notes == default.notes
+    assert given.templates == default.templates == resolve_templates("conch")
+    assert len(given.regions) == len(default.regions) > 0
+    for mine, theirs in zip(given.regions, default.regions, strict=True):
+        assert (mine.name, mine.area_px2) == (theirs.name, theirs.area_px2)
+        for ring, other in zip(mine.rings, theirs.rings, strict=True):
+            np.testing.assert_array_equal(ring, other)
+
+
 @pytest.mark.parametrize(
     ("argv", "sentence"),
     [

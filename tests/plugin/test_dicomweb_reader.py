@@ -19,8 +19,7 @@ from napari.layers import Layer
 
 from napari_medvl._reader import NULL_LAYER, get_reader, read_paths
 from tests.support.orthanc import OrthancServer, orthanc_missing, running_orthanc
-
-CELL = 32
+from tests.support.slide_results import write_slide_with_results
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -170,33 +169,7 @@ def test_a_mammography_study_opens_hung_with_its_results_as_the_local_files_do(
 @pytest.fixture
 def dicom_slide(tmp_path):
     """A three-level DICOM slide (mpp 0.5) with a heatmap Parametric Map and top patches."""
-    from medvl_engine.export.dicom import (
-        write_heatmap_parametric_map,
-        write_top_patches_annotations,
-    )
-    from medvl_engine.heatmap import Heatmap
-    from tests.support.dicom_wsi import write_dicom_wsi
-
-    image = np.random.default_rng(3).integers(0, 255, (256, 320, 3), dtype=np.uint8)
-    files = write_dicom_wsi(tmp_path / "slide", image, mpp=0.5, tile=64, levels=3)
-    grid = np.linspace(0, 1, 8 * 10, dtype=np.float32).reshape(8, 10)
-    heatmap = Heatmap(
-        grid=grid,
-        scores=grid.ravel(),
-        origin_level0=(0, 0),
-        cell_size_level0=CELL,
-        scale=(16.0, 16.0),
-        translate=(8.0, 8.0),
-        units="um",
-        prompt="tumor",
-        value_range=(0.0, 1.0),
-        metadata={"encoder": "medvl-demo"},
-    )
-    out = tmp_path / "out"
-    out.mkdir()
-    pm = write_heatmap_parametric_map(out / "map.dcm", heatmap, files[0])
-    boxes = np.array([[32, 64, 64, 96], [128, 0, 160, 32]])
-    ann = write_top_patches_annotations(out / "top.dcm", boxes, [0.9, 0.7], files[0], prompt="x")
+    files, pm, ann = write_slide_with_results(tmp_path, levels=3)
     return files, [pm, ann]
 
 

@@ -45,3 +45,26 @@ def test_the_dock_proposes_the_chosen_layers_name_until_the_user_types_one(
         np.zeros((2, 2)), name="heatmap: stroma", metadata={**metadata, "slide": slide}
     )
     assert Path(str(exporter.path.value)) == tmp_path / "mine.png"
+
+
+@pytest.mark.gui
+def test_a_topk_result_filling_a_pending_layer_is_chosen_and_named_beside_its_view(
+    make_napari_viewer, tmp_path
+):
+    """The TopK dock adds empty pending layers first and fills them with the result (their
+    metadata set, then renamed): the export dock then proposes the TopK layer's own file
+    beside its view, not the home folder's ``heatmap.geojson``."""
+    from napari_medvl._export_widget import ExportWidget
+
+    viewer = make_napari_viewer()
+    pending = {"medvl_kind": "topk_pending", "result_name": "TopK L importance CC"}
+    layer = viewer.add_image(np.zeros((2, 2)), name="TopK L importance CC (pending)")
+    layer.metadata = pending
+    exporter = ExportWidget(viewer)
+    viewer.window.add_dock_widget(exporter, name="Export overlays")
+    assert exporter.layer_choice.value is None  # nothing exportable yet
+    sources = {"CC": str(tmp_path / "L_CC.dcm"), "MLO": str(tmp_path / "L_MLO.dcm")}
+    layer.metadata = {"medvl_kind": "topk", "topk_result": object(), "sources": sources}
+    layer.name = "TopK L importance CC"
+    assert exporter.layer_choice.value is layer
+    assert Path(str(exporter.path.value)) == tmp_path / "L_CC-TopK-L-importance-CC.geojson"

@@ -6,12 +6,8 @@ import numpy as np
 import pytest
 from napari.components import ViewerModel
 
-from medvl_engine.export.dicom import write_heatmap_parametric_map, write_top_patches_annotations
-from medvl_engine.heatmap import Heatmap
 from napari_medvl._reader import read_paths
-from tests.support.dicom_wsi import write_dicom_wsi
-
-CELL = 32
+from tests.support.slide_results import CELL, write_slide_with_results
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -23,28 +19,8 @@ def _discover_plugins():
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("dicom")
-    image = np.random.default_rng(3).integers(0, 255, (256, 320, 3), dtype=np.uint8)
-    level0 = write_dicom_wsi(folder / "slide", image, mpp=0.5, tile=64, levels=1)[0]
-    grid = np.linspace(0, 1, 8 * 10, dtype=np.float32).reshape(8, 10)
-    heatmap = Heatmap(
-        grid=grid,
-        scores=grid.ravel(),
-        origin_level0=(0, 0),
-        cell_size_level0=CELL,
-        scale=(16.0, 16.0),
-        translate=(8.0, 8.0),
-        units="um",
-        prompt="tumor",
-        value_range=(0.0, 1.0),
-        metadata={"encoder": "medvl-demo"},
-    )
-    out = folder / "out"
-    out.mkdir()
-    pm = write_heatmap_parametric_map(out / "map.dcm", heatmap, level0)
-    boxes = np.array([[32, 64, 64, 96], [128, 0, 160, 32]])
-    ann = write_top_patches_annotations(out / "top.dcm", boxes, [0.9, 0.7], level0, prompt="tumor")
-    return level0, pm, ann
+    files, pm, ann = write_slide_with_results(tmp_path_factory.mktemp("dicom"), levels=1)
+    return files[0], pm, ann
 
 
 def test_results_alone_are_drawn_in_source_px_or_micrometres(results):

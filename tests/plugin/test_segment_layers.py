@@ -106,9 +106,11 @@ class _CountingText:
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.batches: list[int] = []
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         self.seen.extend(texts)
+        self.batches.append(len(texts))
         rows = [[float(len(t)), float(t.count("a")), float(t.count("o")), 1.0] for t in texts]
         return torch.tensor(rows)
 
@@ -122,6 +124,7 @@ def test_a_changed_class_list_encodes_only_its_new_classes():
     changed = {"adipose": ("adipose", "fat"), "tumor": ("tumor", "carcinoma")}
     embeddings = class_embeddings(cache, encoder, "m", "conch", changed)
     assert len(encoder.seen) == 2 * 22 and all("tumor" not in t for t in encoder.seen)
+    assert encoder.batches == [3 * 22, 2 * 22]  # every template x name of a list: one batch
     from medvl_engine.prompts import CONCH_TEMPLATES
 
     reference = ensemble_embeddings(_CountingText().encode_text, changed, CONCH_TEMPLATES)

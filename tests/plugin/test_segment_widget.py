@@ -69,11 +69,31 @@ def test_segmentation_maps_the_slide_and_lists_areas(
     ]
     assert widget.legend.entries()[0][1] == class_colors(3)[0]
 
-    # a changed class list: the features stay, only the new class's text is encoded
+    # a changed class list: the features stay, only the new class's text is encoded; the map
+    # of the two classes known already shows first, saying which class is still to come
+    looks = []
+    show_first_look = widget.runner.on_partial
+
+    def first_look(look):
+        show_first_look(look)
+        looks.append((look, widget.controls.status.value, np.array(layer.data)))
+
+    widget.runner.on_partial = first_look
     widget.classes.value = "adipose=adipose tissue, fat\ntumor=carcinoma\nnecrosis"
+    widget._prefetch_timer.stop()  # Run at once: the run itself encodes the new class
     assert widget.run() is not None
     wait_for_runner(qtbot, widget.runner, 120_000)
     assert widget.runner.last_error is None, widget.runner.last_error
+    (look, status, shown), *later = looks
+    assert not later and look.pending == ("necrosis",)
+    assert status == "First look without 'necrosis': encoding its text..."
+    known = segment(
+        small_slide.path,
+        {"adipose": ("adipose", "adipose tissue", "fat"), "tumor": ("tumor", "carcinoma")},
+        widget.cache.encoders["medvl-demo"],
+        templates="none",
+    )
+    np.testing.assert_array_equal(shown, known.class_map.labels)
     changed = segment(
         small_slide.path,
         {

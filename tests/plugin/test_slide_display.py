@@ -8,6 +8,7 @@ import time
 
 import dask.array as da
 import numpy as np
+import pytest
 
 from napari_medvl._progressive_levels import ProgressiveLevel
 
@@ -118,3 +119,67 @@ def test_blocks_refresh_the_layer_once_the_view_is_decoded(qtbot, monkeypatch):
     qtbot.waitUntil(lambda: layer.refreshes == 2, timeout=60_000)
     waited_ms = (time.perf_counter() - started) * 1e3
     assert waited_ms >= MAX_REFRESH_WAIT_MS * 0.9  # not before the longest wait
+
+
+def _saved(path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text()) if path.exists() else {}
+
+
+def test_opening_a_slide_turns_on_async_slicing_for_the_session_only_and_says_so_once(
+    fresh_napari_settings, make_napari_viewer, small_slide
+):
+    make, path, shown = fresh_napari_settings
+    settings = make()
+    viewer = make_napari_viewer()
+    before = path.read_bytes() if path.exists() else None
+    layer = _open(viewer, small_slide.path)
+    assert settings.experimental.async_
+    assert not viewer._layer_slicer._force_sync  # the open viewer slices asynchronously
+    assert all(type(level).__module__.startswith("dask") for level in layer.data)
+    second = _open(viewer, small_slide.path)
+    assert all(type(level).__module__.startswith("dask") for level in second.data)
+    assert len(shown) == 1 and "asynchronous slicing for this session" in shown[0]
+    assert "MEDVL_SYNC_SLICING=1" in shown[0]
+    assert (path.read_bytes() if path.exists() else None) == before  # nothing written
+    settings.appearance.theme = "light"  # the user changes another setting: napari saves
+    saved = _saved(path)
+    assert saved["appearance"]["theme"] == "light"
+    assert "async_" not in saved.get("experimental", {})  # the session's switch is not kept
+
+
+@pytest.mark.parametrize("opt_out", ["env", "napari env", "settings file"])
+def test_a_users_own_choice_of_slicing_is_kept(
+    fresh_napari_settings, make_napari_viewer, qtbot, small_slide, monkeypatch, opt_out
+):
+    from napari_medvl._slide_display import SYNC_SWITCH
+
+    make, _path, shown = fresh_napari_settings
+    if opt_out == "env":
+        monkeypatch.setenv(SYNC_SWITCH, "1")
+    if opt_out == "napari env":
+        monkeypatch.setenv("NAPARI_ASYNC", "0")
+    settings = make("experimental:\n  async_: false\n" if opt_out == "settings file" else None)
+    viewer = make_napari_viewer()
+    layer = _open(viewer, small_slide.path)
+    assert not settings.experimental.async_
+    assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
+    assert shown == []
+    qtbot.waitUntil(layer.data[0].store.idle, timeout=20000)  # no decoding left at teardown
+
+
+def test_async_slicing_turned_off_after_the_switch_stays_off_and_is_saved_as_usual(
+    fresh_napari_settings, make_napari_viewer, qtbot, small_slide
+):
+    make, path, _shown = fresh_napari_settings
+    settings = make()
+    viewer = make_napari_viewer()
+    _open(viewer, small_slide.path)
+    settings.experimental.async_ = False  # the user, in napari's preferences
+    layer = _open(viewer, small_slide.path)
+    assert not settings.experimental.async_
+    assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
+    qtbot.waitUntil(layer.data[0].store.idle, timeout=20000)  # no decoding left at teardown
+    settings.experimental.async_ = True  # and on again: napari keeps the user's choice
+    assert _saved(path)["experimental"]["async_"] is True

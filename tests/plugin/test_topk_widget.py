@@ -13,7 +13,6 @@ from napari_medvl._event_turns import GLYPH_RANKS
 from napari_medvl._export_widget import ExportWidget
 from napari_medvl._layers import MAMMOGRAM_GAP_PX
 from napari_medvl._mammo_layers import PENDING_SUFFIX, TOPK_PENDING_KIND
-from napari_medvl._stall_probe import StallProbe
 from napari_medvl._topk_widget import TopKWidget
 
 pytestmark = pytest.mark.gui
@@ -471,34 +470,82 @@ def test_result_layers_wait_empty_before_the_first_result_and_results_add_none(
         np.testing.assert_allclose(np.unique(importance.data), np.unique(result.importance[:4]))
 
 
-def test_topk_runs_and_results_do_not_stall_the_gui(
-    make_napari_viewer,
-    qtbot,
-    mammo_case,
-    tiny_topk,
-    wait_for_topk,
-    idle_gaps,
-    assert_within_stall_bounds,
+def _four_view_exam(viewer, mammo_case, folder) -> None:
+    """The L pair of ``mammo_case`` and an R pair of the same exam, opened in that order."""
+    from medvl_engine.synthetic import make_mammogram_case
+
+    right = make_mammogram_case(
+        folder, seed=3, laterality="R", size=(512, 320), exam_id=mammo_case.cc_path.stem[:-5]
+    )
+    npe2.PluginManager.instance().discover()
+    for path in (mammo_case.cc_path, mammo_case.mlo_path, right.cc_path, right.mlo_path):
+        viewer.open(str(path), plugin="napari-medvl")
+
+
+def _both_breasts_waiting(qtbot, viewer) -> list:
+    """The 16 result layers (L's, then R's) the dock adds empty for a four-view exam."""
+    names = [name + PENDING_SUFFIX for side in "LR" for name in _result_layers(side)]
+    qtbot.waitUntil(lambda: len(viewer.layers) == 4 + len(names), timeout=60_000)
+    waiting = list(viewer.layers)[4:]
+    assert [layer.name for layer in waiting] == names
+    return waiting
+
+
+def _result_layers(side: str) -> list[str]:
+    return [name.replace("TopK L ", f"TopK {side} ") for name in RESULT_LAYERS]
+
+
+def _assert_shows(viewer, side: str, result) -> None:
+    """The ``side`` breast's layers show ``result``: boxes and rank labels of each view, and
+    the importance map's cells."""
+    for view in ("CC", "MLO"):
+        boxes = viewer.layers[f"TopK {side} boxes {view}"]
+        labels = viewer.layers[f"TopK {side} labels {view}"]
+        np.testing.assert_array_equal(boxes.features["rank"], result.ranks[view])
+        np.testing.assert_allclose(boxes.features["score"], result.scores[view])
+        assert len(boxes.data) == len(labels.data) == len(result.boxes[view])
+        assert [int(text.split()[0][1:]) for text in labels.text.values] == list(result.ranks[view])
+        layer = viewer.layers[f"{side} {view}"]
+        for rectangle, (bx0, by0, bx1, by1) in zip(boxes.data, result.boxes[view], strict=True):
+            corners = [layer.data_to_world(yx) for yx in ((by0, bx0), (by1, bx1))]
+            np.testing.assert_allclose(rectangle.min(axis=0), np.min(corners, axis=0) - 0.5)
+            np.testing.assert_allclose(rectangle.max(axis=0), np.max(corners, axis=0) - 0.5)
+    importance = viewer.layers[f"TopK {side} importance CC"]
+    assert importance.opacity > 0.4 and not np.isnan(importance.data).all()
+
+
+def test_a_second_breasts_run_fills_the_layers_that_waited_for_it(
+    make_napari_viewer, qtbot, tmp_path, mammo_case, tiny_topk, wait_for_topk
 ):
+    """On a four-view exam the dock adds the other breast's result layers too (after the
+    chosen pair's); its Run then fills them in place: the same layer objects, none added."""
     viewer = make_napari_viewer()
-    _open_views(viewer, mammo_case)
+    _four_view_exam(viewer, mammo_case, tmp_path)
     widget = TopKWidget(viewer)
     widget.model.value = str(tiny_topk)
-    widget.k.value = 8
-    _wait_for_waiting_layers(qtbot, viewer)
-    qtbot.wait(200)  # the first draw of the views and the waiting layers, outside the probe
-    for worst_ms in (300.0, 200.0):  # a first run, then a re-run
-        idle = idle_gaps(qtbot)
-        with StallProbe() as probe:
-            widget.run()
-            wait_for_topk(qtbot, widget)
-            qtbot.wait(100)
-        assert widget.runner.last_error is None, widget.runner.last_error
-        assert len(viewer.layers) == 2 + len(RESULT_LAYERS)  # filled, none added
-        # issue 10 target: 100 ms. Adding the eight result layers when the result arrived
-        # stalled 0.36 - 2.7 s under Xvfb (0.2 - 0.8 s per napari layer); filling the layers
-        # the dock added when it chose the pair measured 40 - 80 ms on a busy 2-core machine.
-        assert_within_stall_bounds(probe, idle, worst_ms=worst_ms)
+    widget.k.value = 4
+    widget.cc_choice.value, widget.mlo_choice.value = viewer.layers["L CC"], viewer.layers["L MLO"]
+    waiting = _both_breasts_waiting(qtbot, viewer)
+    # once drawn (shaders built, glyphs rendered) they are hidden: napari skips them per frame
+    qtbot.waitUntil(lambda: not any(layer.visible for layer in waiting), timeout=30_000)
+    widget.run()
+    wait_for_topk(qtbot, widget)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    left = widget.outcomes["L"].result
+
+    widget.cc_choice.value, widget.mlo_choice.value = viewer.layers["R CC"], viewer.layers["R MLO"]
+    qtbot.wait(300)  # the dock looks for the pair's layers: all there, none added
+    widget.run()
+    wait_for_topk(qtbot, widget)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    assert list(viewer.layers)[4:] == waiting  # the same objects, in the same order
+    assert [layer.name for layer in waiting] == _result_layers("L") + _result_layers("R")
+    assert all(layer.metadata["medvl_kind"] != TOPK_PENDING_KIND for layer in waiting)
+    assert all(layer.visible for layer in waiting)
+    right = widget.outcomes["R"].result
+    assert widget.last_outcome.breast.laterality == "R"
+    _assert_shows(viewer, "R", right)
+    _assert_shows(viewer, "L", left)  # the first breast's result stays
 
 
 def test_the_dock_loads_its_model_after_the_result_layers(

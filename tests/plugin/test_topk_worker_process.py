@@ -4,12 +4,7 @@ model process gives the engine's boxes while napari's process never imports torc
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pydicom
@@ -17,17 +12,9 @@ import pytest
 
 from napari_medvl._layer_frame import WorldFrame
 from napari_medvl._topk_job import TopKRequest, topk_job
-from napari_medvl._worker_process import ENV_SWITCH
+from tests.support.model_process import assert_stopped_with_viewer, finished, run_probe
 
 VIEWS = ("CC", "MLO")
-
-
-def _finished(steps):
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
 
 
 def _report_content(path) -> list[tuple[str, str]]:
@@ -68,7 +55,7 @@ def test_the_dock_writes_the_report_medvl_topk_writes_from_its_pickled_run(
     model = str(tiny_topk)
     cc, mlo = open_mammogram(mammo_case.cc_path), open_mammogram(mammo_case.mlo_path)
     frames = {view: WorldFrame() for view in VIEWS}
-    outcome = _finished(topk_job(TopKRequest(cc, mlo, model, 4, frames), {}))  # threads
+    outcome = finished(topk_job(TopKRequest(cc, mlo, model, 4, frames), {}))  # threads
     summary = pickle.loads(pickle.dumps(outcome.run))  # what the model process sends back
     assert type(summary).__name__ == "TopKRunSummary" and not hasattr(summary, "model")
     assert (summary.k, summary.evaluated_k, summary.image_size, summary.grid) == (4, 3, 256, 8)
@@ -124,6 +111,7 @@ def test_the_model_process_reads_each_view_with_the_voi_napari_shows_it_with(tmp
     assert not np.array_equal(reread.pixels, open_mammogram(path).pixels)
 
 
+# run_probe appends CLOSE_AND_REPORT: the viewer is closed and the report printed
 PROBE = r"""
 import json, sys, time
 import napari, npe2
@@ -192,24 +180,7 @@ report = {
     "cancelled": cancelled,
     "child": process.pid if process is not None else None,
 }
-viewer.close()
-for _ in range(200):
-    app.processEvents()
-    if _worker_process._shared is None and not [
-        t for t in __import__("threading").enumerate() if t.name == "medvl-model-stop"
-    ]:
-        break
-    time.sleep(0.05)
-print(json.dumps(report))
 """
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as status:
-            return "zombie" in status.read()
-    except FileNotFoundError:
-        return True
 
 
 @pytest.mark.gui
@@ -222,18 +193,8 @@ def test_a_topk_run_in_the_dock_runs_in_the_model_process_with_the_engines_boxes
     from napari_medvl._sample_data import ensure_sample_mammograms
 
     cc_path, mlo_path = ensure_sample_mammograms()  # the plugin's sample pair (DICOM)
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", ENV_SWITCH: "1"}
     report_path = tmp_path / "dock.dcm"
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(cc_path), str(mlo_path), str(report_path)],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=environment,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert lines, done.stderr[-3000:]
-    report = json.loads(lines[-1])
+    report = run_probe(PROBE, str(cc_path), str(mlo_path), str(report_path), timeout=400)
     assert report["error"] == "None"
     assert report["torch"] == []  # napari's process: model and inference ran in the child
     assert report["run"] == "TopKRunSummary"
@@ -255,7 +216,4 @@ def test_a_topk_run_in_the_dock_runs_in_the_model_process_with_the_engines_boxes
     assert seconds < 1.0
     assert report["written"] == str(report_path)  # the DICOM report, written without torch
     assert len(_polylines(report_path)) == engine.k
-    deadline = time.time() + 10
-    while not _gone(report["child"]) and time.time() < deadline:
-        time.sleep(0.1)
-    assert _gone(report["child"])  # the process stopped with the viewer
+    assert_stopped_with_viewer(report)

@@ -3,28 +3,16 @@ its viewer, and napari's own process never imports torch."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
 
 import pytest
 
 from medvl_engine.errors import MedVLError, ModelNotFoundError
 from napari_medvl import _worker_process
 from napari_medvl._worker_process import ENV_SWITCH, ModelProcess, model_process
+from tests.support.model_process import assert_stopped_with_viewer, finished, gone, run_probe
 
 STATUS = "napari_medvl._worker_process:status_in_child"
-
-
-def _gone(pid: int) -> bool:
-    """True once no process (not even a zombie) has ``pid``."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as status:
-            return "zombie" in status.read()
-    except FileNotFoundError:
-        return True
 
 
 @pytest.fixture
@@ -56,7 +44,7 @@ def test_an_error_in_the_child_comes_back_as_its_sentence_and_a_dead_child_as_on
         for _ in job:  # what the child sent before it died, then the error
             pass
     assert process.call(STATUS, [])["pid"] not in (pid, None)  # the next job starts a child
-    assert _gone(pid)
+    assert gone(pid)
 
 
 def test_without_a_process_jobs_run_in_threads_and_say_so_once(monkeypatch, caplog):
@@ -77,6 +65,7 @@ def test_without_a_process_jobs_run_in_threads_and_say_so_once(monkeypatch, capl
     assert len(said) == 1 and "no processes here" in said[0]
 
 
+# run_probe appends CLOSE_AND_REPORT: the viewer is closed and the report printed
 PROBE = r"""
 import json, os, sys, time
 import napari, npe2
@@ -106,15 +95,6 @@ report = {
     "finite_cells": int((heat[0].data == heat[0].data).sum()) if heat else 0,
     "child": process.pid if process is not None else None,
 }
-viewer.close()
-for _ in range(200):
-    app.processEvents()
-    if _worker_process._shared is None and not [
-        t for t in __import__("threading").enumerate() if t.name == "medvl-model-stop"
-    ]:
-        break
-    time.sleep(0.05)
-print(json.dumps(report))
 """
 
 
@@ -123,25 +103,11 @@ print(json.dumps(report))
 def test_a_heatmap_in_the_dock_runs_in_the_model_process_and_it_stops_with_the_viewer(
     small_slide, medvl_cache, tmp_path
 ):
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", ENV_SWITCH: "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(small_slide.path), str(tmp_path / "features")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=environment,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert lines, done.stderr[-3000:]
-    report = json.loads(lines[-1])
+    report = run_probe(PROBE, str(small_slide.path), str(tmp_path / "features"), timeout=300)
     assert report["error"] == "None"
     assert report["torch"] == []  # napari's process: the model ran in the child
     assert report["finite_cells"] > 0  # the map over the slide's tissue arrived
-    assert report["child"] is not None
-    deadline = time.time() + 10
-    while not _gone(report["child"]) and time.time() < deadline:
-        time.sleep(0.1)
-    assert _gone(report["child"])
+    assert_stopped_with_viewer(report)
 
 
 @pytest.mark.slow  # the model process loads the model: ~30 s on 2 busy cores
@@ -154,13 +120,6 @@ def test_the_model_process_gives_the_same_maps_and_classes_as_threads(
     from napari_medvl._classify_job import ClassifyCache, ClassifyRequest, classify_job
     from napari_medvl._heatmap_job import FeatureCache, HeatmapRequest, heatmap_job
     from napari_medvl._worker_process import shutdown_model_process
-
-    def finished(steps):
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value
 
     slide = open_slide(small_slide.path)
     heatmap = HeatmapRequest(slide=slide, model="medvl-demo", prompts=("tumor",), top_n=3)
@@ -191,3 +150,47 @@ def test_the_model_process_gives_the_same_maps_and_classes_as_threads(
     )
     for name, attention in here_classes.heatmaps.items():
         np.testing.assert_allclose(there_classes.heatmaps[name].grid, attention.grid, rtol=1e-5)
+
+
+CLASSIFY_PROBE = r"""
+import json, sys, time
+import napari, npe2
+from qtpy.QtWidgets import QApplication
+from napari_medvl._classify_job import ClassifyCache
+from napari_medvl._classify_widget import ClassifyWidget
+from napari_medvl import _worker_process
+
+slide_path, features = sys.argv[1], sys.argv[2]
+viewer = napari.Viewer(show=False)
+app = QApplication.instance()
+npe2.PluginManager.instance().discover()
+viewer.open(slide_path, plugin="napari-medvl")
+widget = ClassifyWidget(viewer, cache=ClassifyCache(root=features))
+widget.classes.value = "tumor\nstroma\nadipose"
+widget.run()
+end = time.time() + 240
+while (widget.runner.running or widget.last_outcome is None) and time.time() < end:
+    app.processEvents()
+    time.sleep(0.01)
+process = _worker_process._shared
+report = {
+    "error": repr(widget.runner.last_error),
+    "torch": sorted(name for name in ("torch", "transformers") if name in sys.modules),
+    "ranked": len(widget.ranking.value.splitlines()),
+    "child": process.pid if process is not None else None,
+}
+"""
+
+
+@pytest.mark.gui
+@pytest.mark.slow  # a fresh napari, the model process and the model: ~60 s on 2 busy cores
+def test_a_classification_in_the_dock_runs_in_the_model_process_and_it_stops_with_the_viewer(
+    small_slide, medvl_cache, tmp_path
+):
+    report = run_probe(
+        CLASSIFY_PROBE, str(small_slide.path), str(tmp_path / "features"), timeout=300
+    )
+    assert report["error"] == "None"
+    assert report["torch"] == []  # napari's process: the model ran in the child
+    assert report["ranked"] == 3  # every class ranked
+    assert_stopped_with_viewer(report)

@@ -1,4 +1,5 @@
-"""Joining and leaving a 2-rank gloo group, called inside ranks started by torch.multiprocessing."""
+"""Joining and leaving a gloo group (2 ranks unless told), called inside ranks started by
+torch.multiprocessing."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import torch
 WORLD = 2
 
 
-def join_group(rank: int, port: int) -> None:
-    """Set the torchrun environment of ``rank`` of WORLD on 127.0.0.1:``port``, one thread."""
+def join_group(rank: int, port: int, world_size: int = WORLD) -> None:
+    """Set the torchrun environment of ``rank`` of ``world_size`` on 127.0.0.1:``port``, one
+    thread."""
     os.environ.update(
         {
             "RANK": str(rank),
-            "WORLD_SIZE": str(WORLD),
+            "WORLD_SIZE": str(world_size),
             "LOCAL_RANK": str(rank),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),

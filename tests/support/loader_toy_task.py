@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from medvl_engine.training.distributed import shard_indices
+from tests.support.gloo import join_group
+from tests.support.toy_task import ToySamples
 
 
 @dataclasses.dataclass
@@ -28,29 +29,18 @@ class LoaderToyConfig:
     step_delay_s: float = 0.0  # artificial per-step compute time
 
 
-class LoaderToyTask:
+class LoaderToyTask(ToySamples):
     """Batch ``index`` of an epoch: inputs ``x`` [3, D], target ``y`` [3], and the pid that
     loaded it; the main-process copy records every pid it is given in ``loader_pids``."""
 
     name = "loader-toy"
 
     def __init__(self, config: LoaderToyConfig) -> None:
-        self.config = config
-        generator = torch.Generator().manual_seed(config.seed)
-        self.inputs = torch.randn(config.samples, 3, config.dim, generator=generator)
-        self.targets = self.inputs.sum(dim=-1) * 0.5
+        super().__init__(config)
         self.loader_pids: set[int] = set()
 
     def build_model(self) -> nn.Module:
         return nn.Sequential(nn.Linear(self.config.dim, 8), nn.ReLU(), nn.Linear(8, 1))
-
-    def _order(self, epoch: int, rank: int, world_size: int) -> list[int]:
-        generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)
-        permutation = torch.randperm(self.config.samples, generator=generator).tolist()
-        return [permutation[i] for i in shard_indices(len(permutation), rank, world_size)]
-
-    def num_batches(self, epoch: int, rank: int, world_size: int) -> int:
-        return len(self._order(epoch, rank, world_size))
 
     def batch_at(self, epoch: int, rank: int, world_size: int, index: int) -> dict:
         if index == self.config.fail_at:
@@ -93,16 +83,7 @@ def ddp_loader_worker(
 
     from medvl_engine.training import RunConfig, train
 
-    os.environ.update(
-        {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world_size),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-    )
-    torch.set_num_threads(1)
+    join_group(rank, port, world_size)
     config = RunConfig(
         lr=1e-2,
         epochs=2,

@@ -33,17 +33,16 @@ class ToyModel(nn.Module):
         return self.net(x).squeeze(-1)
 
 
-class ToyTask:
-    name = "toy"
+class ToySamples:
+    """``samples`` seeded inputs ``x`` [samples, 3, dim] with targets ``y`` = half the sum of
+    each row [samples, 3]; each epoch visits them in a seeded order, sharded over the ranks.
+    ``config`` has ``samples``, ``dim`` and ``seed``."""
 
-    def __init__(self, config: ToyConfig) -> None:
+    def __init__(self, config) -> None:
         self.config = config
         generator = torch.Generator().manual_seed(config.seed)
         self.inputs = torch.randn(config.samples, 3, config.dim, generator=generator)
         self.targets = self.inputs.sum(dim=-1) * 0.5
-
-    def build_model(self) -> nn.Module:
-        return ToyModel(self.config.dim, self.config.dropout)
 
     def _order(self, epoch: int, rank: int, world_size: int) -> list[int]:
         generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)
@@ -52,6 +51,13 @@ class ToyTask:
 
     def num_batches(self, epoch: int, rank: int, world_size: int) -> int:
         return len(self._order(epoch, rank, world_size))
+
+
+class ToyTask(ToySamples):
+    name = "toy"
+
+    def build_model(self) -> nn.Module:
+        return ToyModel(self.config.dim, self.config.dropout)
 
     def train_batches(
         self, epoch: int, rank: int, world_size: int, start: int = 0
@@ -79,17 +85,9 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, result_dir: 
     import os
 
     from medvl_engine.training import RunConfig, train
+    from tests.support.gloo import join_group
 
-    os.environ.update(
-        {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world_size),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-    )
-    torch.set_num_threads(1)
+    join_group(rank, port, world_size)
     config = RunConfig(lr=1e-2, epochs=2, out_dir=out_dir, progress=False, seed=3, device="cpu")
     summary = train(ToyTask(ToyConfig(dropout=0.0)), config)
     with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as stream:

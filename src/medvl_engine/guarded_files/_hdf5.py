@@ -87,16 +87,20 @@ def h5_dataset(
 
 
 @contextmanager
-def _h5_errors(path: str | os.PathLike[str]) -> Iterator[None]:
-    """h5py's errors for damaged metadata (many types) as one CorruptFileError sentence."""
+def _h5_errors(
+    path: str | os.PathLike[str],
+    what: str = "its contents",
+    advice: str = "the file is damaged, re-export it",
+) -> Iterator[None]:
+    """h5py's errors for damaged metadata (many types) as one CorruptFileError sentence:
+    "<file>: ``what`` could not be read (<reason>); ``advice``."; MedVLError passes."""
     try:
         yield
     except MedVLError:
         raise
     except (OSError, KeyError, TypeError, ValueError, RuntimeError) as error:
         raise CorruptFileError(
-            f"{name_of(path)}: its contents could not be read ({reason(error)}); the file is "
-            "damaged, re-export it.",
+            f"{name_of(path)}: {what} could not be read ({reason(error)}); {advice}.",
             path,
         ) from None
 
@@ -214,7 +218,7 @@ def h5_attribute(obj: Any, key: str, path: str | os.PathLike[str]) -> Any:
     """
     import h5py
 
-    try:
+    with _h5_errors(path, f"its {key!r} attribute", "re-export the file"):
         if key not in obj.attrs:
             return None
         attr_id = obj.attrs.get_id(key)
@@ -226,14 +230,6 @@ def h5_attribute(obj: Any, key: str, path: str | os.PathLike[str]) -> Any:
                 path,
             )
         value = obj.attrs[key]
-    except MedVLError:
-        raise
-    except (OSError, KeyError, TypeError, ValueError, RuntimeError) as error:
-        raise CorruptFileError(
-            f"{name_of(path)}: its {key!r} attribute could not be read ({reason(error)}); "
-            "re-export the file.",
-            path,
-        ) from None
     if isinstance(value, h5py.Empty):
         return None
     if isinstance(value, bytes):

@@ -21,7 +21,7 @@ import numpy as np
 if TYPE_CHECKING:
     from medvl_engine.io.mammo import BreastImage, Mammogram
 
-__all__ = ["TopKResult", "TopKRunSummary", "TopKViewSource"]
+__all__ = ["TopKResult", "TopKRunReadouts", "TopKRunSummary", "TopKViewSource"]
 
 
 @dataclass
@@ -83,8 +83,38 @@ class TopKViewSource:
         return self.voi_choices.index(self.voi) if self.voi in self.voi_choices else 0
 
 
+class TopKRunReadouts:
+    """The readouts of a run that holds a :class:`TopKResult` as ``result`` and its K beside
+    the evaluated K: shared by :class:`TopKRunSummary` and
+    :class:`~medvl_engine.mammography.BreastTopK` (which holds the live model)."""
+
+    result: TopKResult
+    k: int
+    evaluated_k: int
+
+    @property
+    def boxes(self) -> dict[str, np.ndarray]:
+        """``{"CC": [M, 4], "MLO": [M', 4]}`` (x0, y0, x1, y1) source px of each view."""
+        return self.result.boxes
+
+    @property
+    def scores(self) -> dict[str, np.ndarray]:
+        """``{"CC": [M], "MLO": [M']}`` Plackett-Luce first-draw probabilities w_n / sum w."""
+        return self.result.scores
+
+    @property
+    def zero_shot(self) -> dict[str, dict[str, float]]:
+        """``{task: {class: probability}}`` from the paper's prompts."""
+        return self.result.zero_shot
+
+    @property
+    def k_is_evaluated(self) -> bool:
+        """True when K is the K the model was evaluated with (its reported metrics hold)."""
+        return self.k == self.evaluated_k
+
+
 @dataclass(frozen=True, eq=False)  # numpy fields: compared by identity
-class TopKRunSummary:
+class TopKRunSummary(TopKRunReadouts):
     """A TopK-Patch run without its model: what its outputs and viewers need, picklable.
 
     result: the :class:`TopKResult`; breast: the BreastImage (``image`` float32 ``[S, S]``, CC
@@ -108,21 +138,6 @@ class TopKRunSummary:
     grid: int
 
     @property
-    def boxes(self) -> dict[str, np.ndarray]:
-        """``{"CC": [M, 4], "MLO": [M', 4]}`` (x0, y0, x1, y1) source px of each view."""
-        return self.result.boxes
-
-    @property
-    def scores(self) -> dict[str, np.ndarray]:
-        """``{"CC": [M], "MLO": [M']}`` Plackett-Luce first-draw probabilities w_n / sum w."""
-        return self.result.scores
-
-    @property
-    def zero_shot(self) -> dict[str, dict[str, float]]:
-        """``{task: {class: probability}}`` from the paper's prompts."""
-        return self.result.zero_shot
-
-    @property
     def laterality(self) -> str | None:
         """The breast's laterality ("L", "R"), None when unknown."""
         return self.breast.laterality
@@ -131,11 +146,6 @@ class TopKRunSummary:
     def candidates(self) -> int:
         """The G^2 candidate patches K is chosen among."""
         return self.grid * self.grid
-
-    @property
-    def k_is_evaluated(self) -> bool:
-        """True when K is the K the model was evaluated with (its reported metrics hold)."""
-        return self.k == self.evaluated_k
 
     def sources(self) -> dict[str, Path]:
         """``{"CC": file, "MLO": file}`` of the two views."""

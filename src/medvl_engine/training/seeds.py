@@ -30,6 +30,7 @@ __all__ = [
     "selected_model_dirs",
     "mean_std_over_seeds",
     "run_root",
+    "seed_spread",
 ]
 
 
@@ -89,6 +90,18 @@ def selected_model_dirs(run_config: RunConfig, name: str = "best") -> list[tuple
             "picks best/), or evaluate a model folder with task.init_from=FOLDER."
         )
     return found
+
+
+def seed_spread(values: Sequence[float]) -> dict[str, float]:
+    """``{mean, std, min, max}`` of one figure's per-seed (or per-cohort) values (std with
+    ``ddof = 0``)."""
+    array = np.asarray(values, dtype=np.float64)
+    return {
+        "mean": float(array.mean()),
+        "std": float(array.std()),
+        "min": float(array.min()),
+        "max": float(array.max()),
+    }
 
 
 def mean_std_over_seeds(

@@ -256,13 +256,20 @@ def _limit_manifest(tmp_path: Path, write_feature_store) -> Path:
     return manifest
 
 
-def test_report_filter_file_from_a_config_needs_allow_code(tmp_path, capsys, write_feature_store):
+def _marking_filter(tmp_path: Path, module: str) -> tuple[Path, Path]:
+    """``tmp_path/<module>.py`` defining the report filter ``clean`` (reports unchanged); running
+    the file writes "ran" to the marker file. Returns (the script, the marker)."""
     marker = tmp_path / "filter-ran.txt"
-    script = tmp_path / "colleague_filters.py"
+    script = tmp_path / f"{module}.py"
     script.write_text(
         f"open({str(marker)!r}, 'w').write('ran')\n"
         "def clean(report: str) -> str:\n    return report\n"
     )
+    return script, marker
+
+
+def test_report_filter_file_from_a_config_needs_allow_code(tmp_path, capsys, write_feature_store):
+    script, marker = _marking_filter(tmp_path, "colleague_filters")
     manifest = _limit_manifest(tmp_path, write_feature_store)
     recipe = tmp_path / "shared.yaml"
     recipe.write_text(
@@ -300,12 +307,7 @@ def test_report_filter_file_runs_with_allow_code_and_is_announced_first(
 
 
 def test_allow_code_lets_the_shared_config_run_its_filter(tmp_path, capsys, write_feature_store):
-    marker = tmp_path / "filter-ran.txt"
-    script = tmp_path / "consented_filters.py"
-    script.write_text(
-        f"open({str(marker)!r}, 'w').write('ran')\n"
-        "def clean(report: str) -> str:\n    return report\n"
-    )
+    script, marker = _marking_filter(tmp_path, "consented_filters")
     manifest = _limit_manifest(tmp_path, write_feature_store)
     argv = [
         "limit",

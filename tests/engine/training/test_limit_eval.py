@@ -13,6 +13,7 @@ import torch
 from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 from medvl_engine.training import RunConfig
 from tests.support.gloo import WORLD, join_group, leave
+from tests.support.limit_cohort import write_limit_manifest
 
 REPORTS = {
     "tumor": "Sections show invasive carcinoma.",
@@ -26,25 +27,9 @@ def cohort(tmp_path_factory, tiny_tower, write_feature_store) -> tuple[Path, Pat
     root = tmp_path_factory.mktemp("limit-shards")
     tiny_tower(root / "bert", out_dim=None)
     tiny_tower(root / "bert").tokenizer.save_pretrained(root / "bert")
-    rng = np.random.default_rng(1)
-    centres = {name: rng.normal(size=16) for name in REPORTS}
-    rows = []
-    for index in range(21):
-        label = list(REPORTS)[index % 3]
-        features = centres[label] + 0.8 * rng.normal(size=(int(rng.integers(6, 40)), 16))
-        write_feature_store(root / f"s{index}.zarr", features, slide=f"s{index}")
-        rows.append(
-            {
-                "slide_id": f"s{index}",
-                "organ": "breast" if index % 2 else "lung",
-                "report": REPORTS[label],
-                "features": f"s{index}.zarr",
-                "split": "val" if index >= 14 else "train",  # 7 validation slides
-                "label": label,
-            }
-        )
-    manifest = root / "manifest.jsonl"
-    manifest.write_text("\n".join(json.dumps(row) for row in rows))
+    manifest = write_limit_manifest(
+        root, write_feature_store, REPORTS, 21, ("val", 14), seed=1, noise=0.8, patches=(6, 40)
+    )  # 7 validation slides
     return root, manifest
 
 

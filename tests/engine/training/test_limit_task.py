@@ -14,6 +14,7 @@ from medvl_engine.errors import ConfigError
 from medvl_engine.models.limit import load_limit_model
 from medvl_engine.tasks.limit.task import LimitTask, LimitTaskConfig
 from medvl_engine.training import RunConfig, train
+from tests.support.limit_cohort import write_limit_manifest
 
 REPORTS = {
     "tumor": "Accession: S22-12345\nSections show invasive carcinoma.",
@@ -27,29 +28,9 @@ def cohort(tmp_path_factory, tiny_tower, write_feature_store):
     root = tmp_path_factory.mktemp("limit")
     tiny_tower(root / "bert", out_dim=None)
     tiny_tower(root / "bert").tokenizer.save_pretrained(root / "bert")
-    rng = np.random.default_rng(0)
-    centres = {name: rng.normal(size=16) for name in REPORTS}
-    rows = []
-    for index in range(14):
-        label = list(REPORTS)[index % 3]
-        size = int(rng.integers(5, 30))
-        features = centres[label] + 0.3 * rng.normal(size=(size, 16))
-        write_feature_store(root / f"s{index}.zarr", features, slide=f"s{index}")
-        split = "test" if index >= 11 else "train"
-        organ = "breast" if index % 2 else "lung"
-        report = REPORTS[label]
-        rows.append(
-            {
-                "slide_id": f"s{index}",
-                "organ": organ,
-                "report": report,
-                "features": f"s{index}.zarr",
-                "split": split,
-                "label": label,
-            }
-        )
-    manifest = root / "manifest.jsonl"
-    manifest.write_text("\n".join(json.dumps(row) for row in rows))
+    manifest = write_limit_manifest(
+        root, write_feature_store, REPORTS, 14, ("test", 11), seed=0, noise=0.3, patches=(5, 30)
+    )
     return root, manifest
 
 
@@ -59,6 +40,17 @@ def _task(cohort, **overrides) -> tuple[LimitTask, RunConfig]:
     values.update(overrides)
     run = RunConfig(lr=1e-3, epochs=1, max_steps=2, out_dir=str(root / "run"), progress=False)
     return LimitTask(LimitTaskConfig(**values), run), run
+
+
+def _config(tmp_path: Path, cohort, run: str, task: str = "") -> Path:
+    """``tmp_path/limit.yaml``: a run section of the ``run`` lines, a task section on the
+    cohort's manifest and tower followed by the ``task`` lines (each "  key: value\\n")."""
+    root, manifest = cohort
+    config = tmp_path / "limit.yaml"
+    config.write_text(
+        f"run:\n{run}task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n{task}"
+    )
+    return config
 
 
 def test_one_training_step_saves_a_loadable_text_tower(cohort, tmp_path):
@@ -133,12 +125,7 @@ def test_random_negatives_cross_organs(cohort):
 
 
 def test_cli_runs_with_overrides_and_reports_bad_ones(cohort, tmp_path, capsys):
-    root, manifest = cohort
-    config = tmp_path / "limit.yaml"
-    config.write_text(
-        "run:\n  epochs: 1\n  progress: false\n"
-        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n  num_negatives: 2\n"
-    )
+    config = _config(tmp_path, cohort, "  epochs: 1\n  progress: false\n", "  num_negatives: 2\n")
     out = tmp_path / "cli"
     status = train_main(
         [
@@ -232,12 +219,12 @@ def test_protocol_options_reach_the_evaluation_and_bad_ones_are_refused(cohort):
 def test_training_never_reads_the_test_split_and_eval_reads_it_once(cohort, tmp_path, capsys):
     from medvl_engine.features.bags import BagCache
 
-    root, manifest = cohort
-    config = tmp_path / "limit.yaml"
-    config.write_text(
-        "run:\n  epochs: 1\n  progress: false\n  select_metric: val_balanced_accuracy\n"
-        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n  num_negatives: 2\n"
-        "  eval_bootstrap: 20\n  eval_robustness: false\n"
+    root, _ = cohort
+    config = _config(
+        tmp_path,
+        cohort,
+        "  epochs: 1\n  progress: false\n  select_metric: val_balanced_accuracy\n",
+        "  num_negatives: 2\n  eval_bootstrap: 20\n  eval_robustness: false\n",
     )
     test_stores = {root / f"s{i}.zarr" for i in (11, 12, 13)}
     read: list = []
@@ -299,24 +286,16 @@ def test_training_never_reads_the_test_split_and_eval_reads_it_once(cohort, tmp_
     assert mean["std"] == pytest.approx(np.std(tuned))
 
 
-def test_eval_without_a_trained_model_says_what_to_run(cohort, tmp_path, capsys):
-    root, manifest = cohort
-    config = tmp_path / "limit.yaml"
-    config.write_text(
-        f"run:\n  out_dir: {tmp_path / 'none'}\n"
-        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n"
-    )
-    assert train_main(["limit", "eval", "--config", str(config)]) == 2
-    assert "train first" in capsys.readouterr().err
-
-
-def test_fresh_cohorts_of_a_manifest_are_refused_in_one_sentence(cohort, tmp_path, capsys):
-    root, manifest = cohort
-    config = tmp_path / "limit.yaml"
-    config.write_text(
-        f"run:\n  out_dir: {tmp_path / 'none'}\n"
-        f"task:\n  manifest: {manifest}\n  text_model: {root / 'bert'}\n  fresh_cohorts: 2\n"
-    )
+@pytest.mark.parametrize(
+    ("task_lines", "words"),
+    [
+        ("", ["train first"]),  # says what to run
+        ("  fresh_cohorts: 2\n", ["task.fresh_cohorts", "task.data=synthetic"]),
+    ],
+    ids=["without-a-trained-model", "fresh-cohorts-of-a-manifest"],
+)
+def test_eval_refusals_are_one_sentence(cohort, tmp_path, capsys, task_lines, words):
+    config = _config(tmp_path, cohort, f"  out_dir: {tmp_path / 'none'}\n", task_lines)
     assert train_main(["limit", "eval", "--config", str(config)]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "task.fresh_cohorts" in error and "task.data=synthetic" in error
+    assert all(word in error for word in words), error

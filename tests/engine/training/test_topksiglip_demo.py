@@ -116,15 +116,10 @@ def test_install_as_uses_the_cache_under_its_own_name(tmp_path, monkeypatch, tin
         registered_model_dir("../elsewhere")
 
 
-def test_frozen_minilm_tower_saved_by_reference_loads_back_identically(tmp_path, tiny_topk_model):
-    model = tiny_topk_model(
-        tmp_path,
-        text_family="bert",
-        text_pretrained="all-MiniLM-L6-v2",
-        text_config={},
-        freeze_text=True,
-        context_length=64,
-    ).eval()
+def test_frozen_minilm_tower_saved_by_reference_loads_back_identically(
+    tmp_path, tiny_topk_model, tiny_minilm_topk_model
+):
+    model = tiny_minilm_topk_model(tmp_path).eval()
     folder = save_topksiglip(
         model, tmp_path / "by-reference", text_by_reference=True, extra_config={"x": 1}
     )

@@ -36,6 +36,7 @@ from medvl_engine.export.dicom.wsi_source import require_dicom_slide, result_mak
 
 if TYPE_CHECKING:
     from medvl_engine.io.dicom_results.geometry import SlideGeometry
+    from medvl_engine.io.dicom_results.source import DicomImageSource
     from medvl_engine.segmentation import SegmentResult
 
 __all__ = [
@@ -70,12 +71,7 @@ def write_top_patches_annotations(
     ``slide`` (an open Slide or its path) to ``path`` (see the module docstring). Written
     atomically; a non-DICOM slide is refused with one sentence."""
     path = Path(path)
-    if coordinates not in ANNOTATION_COORDINATES:
-        raise ExportError(
-            f"Cannot write {path.name}: coordinates '{coordinates}' are unknown; use "
-            f"{' or '.join(ANNOTATION_COORDINATES)}.",
-            path,
-        )
+    _check_coordinates(path, coordinates)
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     scores = np.asarray(scores, np.float64).reshape(-1)
     if len(boxes) == 0 or len(boxes) != len(scores) or not np.all(np.isfinite(scores)):
@@ -121,20 +117,15 @@ def write_top_patches_annotations(
         ],
         description=f"{what}; {maker.notice}" if maker.notice else what,
     )
-    dataset = hd.ann.MicroscopyBulkSimpleAnnotations(
-        source_images=[source.dataset],
-        annotation_coordinate_type=coordinates,
-        annotation_groups=[group],
-        series_instance_uid=hd.UID(),
-        series_number=_SERIES_NUMBER,
-        sop_instance_uid=hd.UID(),
-        instance_number=1,
-        **maker.equipment(),
-        content_label="TOP_PATCHES",
-        content_description=maker.description(f"top patches: {prompt}"),
-        series_description=maker.description(f"medvl top patches: {prompt}"),
+    return _write_annotations(
+        path,
+        source,
+        coordinates,
+        [group],
+        maker.instance(
+            label="TOP_PATCHES", what=f"top patches: {prompt}", series_number=_SERIES_NUMBER
+        ),
     )
-    return write_dataset(dataset, path, sources=[source.path])
 
 
 def write_regions_annotations(
@@ -151,12 +142,7 @@ def write_regions_annotations(
     atomically; a non-DICOM slide, or a result without a class region, is refused with one
     sentence."""
     path = Path(path)
-    if coordinates not in ANNOTATION_COORDINATES:
-        raise ExportError(
-            f"Cannot write {path.name}: coordinates '{coordinates}' are unknown; use "
-            f"{' or '.join(ANNOTATION_COORDINATES)}.",
-            path,
-        )
+    _check_coordinates(path, coordinates)
     names = list(result.class_map.names)
     regions = [r for r in result.regions if 1 <= r.label <= len(names)]
     if not regions:
@@ -208,18 +194,44 @@ def write_regions_annotations(
                 display_color=display_color(colours[label - 1]),
             )
         )
+    return _write_annotations(
+        path,
+        source,
+        coordinates,
+        groups,
+        maker.instance(
+            label="TISSUE_REGIONS",
+            what=f"tissue regions: {', '.join(names)}",
+            series_number=_REGIONS_SERIES_NUMBER,
+        ),
+    )
+
+
+def _check_coordinates(path: Path, coordinates: str) -> None:
+    if coordinates not in ANNOTATION_COORDINATES:
+        raise ExportError(
+            f"Cannot write {path.name}: coordinates '{coordinates}' are unknown; use "
+            f"{' or '.join(ANNOTATION_COORDINATES)}.",
+            path,
+        )
+
+
+def _write_annotations(
+    path: Path,
+    source: DicomImageSource,
+    coordinates: str,
+    groups: list[Any],
+    instance: dict[str, Any],
+) -> Path:
+    """Write the annotation ``groups`` on ``source`` as one Microscopy Bulk Simple
+    Annotations instance named by ``instance`` (:meth:`.wsi_source.ResultMaker.instance`)."""
+    import highdicom as hd
+
     dataset = hd.ann.MicroscopyBulkSimpleAnnotations(
         source_images=[source.dataset],
         annotation_coordinate_type=coordinates,
         annotation_groups=groups,
-        series_instance_uid=hd.UID(),
-        series_number=_REGIONS_SERIES_NUMBER,
-        sop_instance_uid=hd.UID(),
-        instance_number=1,
-        **maker.equipment(),
-        content_label="TISSUE_REGIONS",
-        content_description=maker.description(f"tissue regions: {', '.join(names)}"),
-        series_description=maker.description(f"medvl tissue regions: {', '.join(names)}"),
+        **instance,
     )
     return write_dataset(dataset, path, sources=[source.path])
 

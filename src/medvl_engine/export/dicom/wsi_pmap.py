@@ -31,7 +31,12 @@ import numpy as np
 from medvl_engine.colormaps import display_limits, is_signed
 from medvl_engine.errors import ExportError
 from medvl_engine.export.dicom.common import require_highdicom, write_dataset
-from medvl_engine.export.dicom.wsi_source import require_dicom_slide, result_maker
+from medvl_engine.export.dicom.wsi_source import (
+    grid_on_source,
+    require_dicom_slide,
+    result_maker,
+    slide_placement,
+)
 
 if TYPE_CHECKING:
     from medvl_engine.heatmap import Heatmap
@@ -56,19 +61,11 @@ def heatmap_on_source_grid(
 ) -> tuple[np.ndarray, tuple[int, int]]:
     """(float32 [rows, cols] map over the whole source, NaN where no cell; its top-left
     corner (x0, y0) in level-0 px) for a source of ``source_size`` (columns, rows) level-0
-    px (see the module docstring for the alignment)."""
-    cell = int(heatmap.cell_size_level0)
-    origin_x, origin_y = (int(v) for v in heatmap.origin_level0)
-    x0, y0 = origin_x % cell, origin_y % cell
-    cols = max(1, -(-(int(source_size[0]) - x0) // cell))
-    rows = max(1, -(-(int(source_size[1]) - y0) // cell))
+    px (see the module docstring for the alignment, :func:`.wsi_source.grid_on_source`)."""
     grid = np.asarray(heatmap.grid, np.float32)
-    full = np.full((rows, cols), np.nan, np.float32)
-    r0, c0 = origin_y // cell, origin_x // cell
-    fit_rows = max(0, min(grid.shape[0], rows - r0))
-    fit_cols = max(0, min(grid.shape[1], cols - c0))
-    full[r0 : r0 + fit_rows, c0 : c0 + fit_cols] = grid[:fit_rows, :fit_cols]
-    return full, (x0, y0)
+    return grid_on_source(
+        grid, heatmap.origin_level0, heatmap.cell_size_level0, source_size, np.nan
+    )
 
 
 def write_heatmap_parametric_map(
@@ -180,8 +177,6 @@ def _parametric_map(
     import highdicom as hd
     from pydicom.sr.codedict import codes
 
-    geometry = source.geometry
-    assert geometry is not None  # require_dicom_slide refuses a source without one
     cell = int(heatmap.cell_size_level0) * 2**level
     maker = result_maker(model)
     mode = str(getattr(heatmap, "mode", "cosine"))
@@ -197,19 +192,19 @@ def _parametric_map(
         slope=1,
         intercept=0,
     )
-    position = geometry.to_slide(np.asarray([corner], np.float64))[0]
-    shared = source.dataset.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
-    thickness = float(shared.get("SliceThickness", 0.0) or 0.0) or None
     window_width = float(shown[1]) - float(shown[0])
     rows, cols = values.shape
     return hd.pm.ParametricMap(
         source_images=[source.dataset],
         pixel_array=values,
-        series_instance_uid=series,
-        series_number=_SERIES_NUMBER,
-        sop_instance_uid=hd.UID(),
-        instance_number=level + 1,
-        **maker.equipment(),
+        **maker.instance(
+            label="HEATMAP",
+            what=f"prompt heatmap: {heatmap.prompt}",
+            series_what=f"medvl heatmap: {heatmap.prompt}",
+            series_number=_SERIES_NUMBER,
+            series_uid=series,
+            instance_number=level + 1,
+        ),
         contains_recognizable_visual_features=False,
         real_world_value_mappings=[mapping],
         voi_lut_transformations=[
@@ -219,27 +214,10 @@ def _parametric_map(
                 voi_lut_function="LINEAR_EXACT",  # scores span less than 1: LINEAR needs >= 1
             )
         ],
-        content_label="HEATMAP",
-        content_description=maker.description(f"prompt heatmap: {heatmap.prompt}"),
-        pixel_measures=hd.PixelMeasuresSequence(
-            pixel_spacing=(geometry.spacing[0] * cell, geometry.spacing[1] * cell),
-            slice_thickness=thickness,
-        ),
-        plane_orientation=hd.PlaneOrientationSequence(
-            coordinate_system="SLIDE",
-            image_orientation=[*geometry.row_direction, *geometry.column_direction],
-        ),
-        plane_positions=[
-            hd.PlanePositionSequence(
-                coordinate_system="SLIDE",
-                image_position=tuple(float(v) for v in position),
-                pixel_matrix_position=(1, 1),
-            )
-        ],
+        **slide_placement(source, corner, cell),
         tile_pixel_array=True,
         tile_size=(min(_TILE, rows), min(_TILE, cols)),
         dimension_organization_type=organization,
-        series_description=maker.description(f"medvl heatmap: {heatmap.prompt}"),
         pyramid_uid=pyramid,
         pyramid_label="medvl heatmap" if pyramid else None,
     )

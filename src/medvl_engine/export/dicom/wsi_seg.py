@@ -1,7 +1,9 @@
 """A tissue map or a prompt heatmap of a DICOM whole-slide image as a DICOM Segmentation.
 
 Both are tiled images at the map's resolution aligned to the source's total pixel matrix,
-placed like :mod:`medvl_engine.export.dicom.wsi_pmap`'s parametric map: with s the map's
+placed like :mod:`medvl_engine.export.dicom.wsi_pmap`'s parametric map
+(:func:`~medvl_engine.export.dicom.wsi_source.grid_on_source`,
+:func:`~medvl_engine.export.dicom.wsi_source.slide_placement`): with s the map's
 cell (level-0 px), pixel (c, r) covers level-0 px x in [x0 + c * s, x0 + (c + 1) * s), y
 likewise, x0 = origin_x mod s (y alike); Pixel Spacing is s times the source's, the origin
 is the source's moved by (x0, y0) level-0 px, and the Frame of Reference is the source's.
@@ -38,7 +40,13 @@ import numpy as np
 
 from medvl_engine.errors import ExportError
 from medvl_engine.export.dicom.common import require_highdicom, write_dataset
-from medvl_engine.export.dicom.wsi_source import ResultMaker, require_dicom_slide, result_maker
+from medvl_engine.export.dicom.wsi_source import (
+    ResultMaker,
+    grid_on_source,
+    require_dicom_slide,
+    result_maker,
+    slide_placement,
+)
 
 if TYPE_CHECKING:
     from medvl_engine.heatmap import Heatmap
@@ -59,30 +67,6 @@ _MAX_PIXELS = 1 << 28
 _SERIES_NUMBER = 902
 _HEATMAP_SERIES_NUMBER = 903
 _MAX_PARAMETERS = 10240  # LT
-
-
-def grid_on_source(
-    values: np.ndarray,
-    origin_level0: tuple[int, int],
-    cell: int,
-    source_size: tuple[int, int],
-    fill: float | int,
-) -> tuple[np.ndarray, tuple[int, int]]:
-    """(``values`` [rows, cols] placed on the source's cell grid [R, C], ``fill`` where no
-    value lies; its top-left corner (x0, y0) in level-0 px) for a grid starting at
-    ``origin_level0`` (x, y) with ``cell`` level-0 px cells on a source of ``source_size``
-    (columns, rows) level-0 px. Values past the source's last cell are cut."""
-    cell = int(cell)
-    origin_x, origin_y = (int(v) for v in origin_level0)
-    x0, y0 = origin_x % cell, origin_y % cell
-    cols = max(1, -(-(int(source_size[0]) - x0) // cell))
-    rows = max(1, -(-(int(source_size[1]) - y0) // cell))
-    full = np.full((rows, cols), fill, dtype=values.dtype)
-    r0, c0 = origin_y // cell, origin_x // cell
-    fit_rows = max(0, min(values.shape[0], rows - r0))
-    fit_cols = max(0, min(values.shape[1], cols - c0))
-    full[r0 : r0 + fit_rows, c0 : c0 + fit_cols] = values[:fit_rows, :fit_cols]
-    return full, (x0, y0)
 
 
 def fraction_mapping(heatmap: Heatmap) -> tuple[float, float]:
@@ -262,14 +246,7 @@ def algorithm_with_parameters(maker: ResultMaker, parameters: dict[str, Any]) ->
     ``parameters`` as one JSON object (ASCII) in its Algorithm Parameters."""
     import json
 
-    import highdicom as hd
-    from pydicom.sr.codedict import codes
-
-    sequence = hd.AlgorithmIdentificationSequence(
-        name=maker.model[:64],
-        family=codes.cid7162.ArtificialIntelligence,
-        version=maker.version,
-    )
+    sequence = maker.algorithm()
     text = json.dumps(parameters, ensure_ascii=True)
     if len(text) > _MAX_PARAMETERS:
         short = {k: v for k, v in parameters.items() if k != "templates"}
@@ -295,44 +272,18 @@ def _segmentation(
     """One tiled Segmentation instance of ``pixels`` [1, rows, cols(, K)] on ``source``."""
     import highdicom as hd
 
-    geometry = source.geometry
-    assert geometry is not None  # require_dicom_slide refuses a source without one
-    position = geometry.to_slide(np.asarray([corner], np.float64))[0]
-    shared = source.dataset.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
-    thickness = float(shared.get("SliceThickness", 0.0) or 0.0) or None
     rows, cols = pixels.shape[1:3]
     dataset = hd.seg.Segmentation(
         source_images=[source.dataset],
         pixel_array=pixels,
         segmentation_type=kind,
         segment_descriptions=segments,
-        series_instance_uid=hd.UID(),
-        series_number=series_number,
-        sop_instance_uid=hd.UID(),
-        instance_number=1,
-        **maker.equipment(),
+        **maker.instance(label=label, what=what, series_number=series_number),
         fractional_type="PROBABILITY" if kind == "FRACTIONAL" else None,
-        content_label=label,
-        content_description=maker.description(what),
-        pixel_measures=hd.PixelMeasuresSequence(
-            pixel_spacing=(geometry.spacing[0] * cell, geometry.spacing[1] * cell),
-            slice_thickness=thickness,
-        ),
-        plane_orientation=hd.PlaneOrientationSequence(
-            coordinate_system="SLIDE",
-            image_orientation=[*geometry.row_direction, *geometry.column_direction],
-        ),
-        plane_positions=[
-            hd.PlanePositionSequence(
-                coordinate_system="SLIDE",
-                image_position=tuple(float(v) for v in position),
-                pixel_matrix_position=(1, 1),
-            )
-        ],
+        **slide_placement(source, corner, cell),
         tile_pixel_array=True,
         tile_size=(min(_TILE, rows), min(_TILE, cols)),
         dimension_organization_type="TILED_SPARSE",
-        series_description=maker.description(f"medvl {what}"),
     )
     # General Image's Patient Orientation (Type 2C) is required of an image without Image
     # Orientation (Patient); a slide's frame has none, so it is present and empty.

@@ -138,6 +138,7 @@ def demo_baselines(
     {"mean", "std", "min", "max"}}, "best_baseline", "margin": paired difference}, "probe_C"}``.
     """
     from medvl_engine.evaluation.fresh_seeds import check_fresh
+    from medvl_engine.tasks.limit.run_eval import spread_over_seeds
 
     check_fresh("limit", fresh)
     classes = list(prompts)
@@ -186,15 +187,7 @@ def demo_baselines(
         n_resamples=1000,
         seed=0,
     )
-    spread = {}
-    for name in intervals:
-        values = np.asarray([figures[name] for figures in per_seed.values()])
-        spread[name] = {
-            "mean": float(values.mean()),
-            "std": float(values.std()),
-            "min": float(values.min()),
-            "max": float(values.max()),
-        }
+    spread = spread_over_seeds(per_seed, intervals)
     return {
         "classes": classes,
         "test": test,

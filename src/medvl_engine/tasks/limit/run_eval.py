@@ -19,6 +19,7 @@ margin. Each evaluation adds one to ``<run.out_dir>/test_reads.json``. Nothing h
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,14 @@ if TYPE_CHECKING:
     from medvl_engine.tasks.limit.config import LimitTaskConfig
     from medvl_engine.training.config import RunConfig
 
-__all__ = ["evaluate_fresh", "evaluate_on_test", "eval_action", "patch_auroc", "summarize_seeds"]
+__all__ = [
+    "eval_action",
+    "evaluate_fresh",
+    "evaluate_on_test",
+    "patch_auroc",
+    "spread_over_seeds",
+    "summarize_seeds",
+]
 
 
 def _test_patches(task: LimitTask) -> tuple[torch.Tensor, np.ndarray, np.ndarray] | None:
@@ -203,15 +211,7 @@ def evaluate_fresh(
             tagged = [(f"{seed}:{r[0]}", *r[1:]) for r in predictions]
             pooled_rows.setdefault(name, []).extend(tagged)
     pooled = score_rows(pooled_rows, classes, settings)
-    spread = {}
-    for name in pooled["rows"]:
-        values = np.asarray([figures[name] for figures in per_cohort.values()])
-        spread[name] = {
-            "mean": float(values.mean()),
-            "std": float(values.std()),
-            "min": float(values.min()),
-            "max": float(values.max()),
-        }
+    spread = spread_over_seeds(per_cohort, pooled["rows"])
     return {
         "seeds": [seed for seed, _ in cohorts],
         "per_cohort": per_cohort,
@@ -219,6 +219,16 @@ def evaluate_fresh(
         "spread": spread,
         "same_prediction_per_diagnosis": same_prediction_per_unit(pooled_rows[METHOD_ROW]),
     }
+
+
+def spread_over_seeds(
+    per_seed: Mapping[str, Mapping[str, float]], names: Iterable[str]
+) -> dict[str, dict[str, float]]:
+    """``{name: {"mean", "std", "min", "max"}}`` of each name's figure over the seeds
+    (``per_seed``: ``{seed: {name: figure}}``; std with ``ddof = 0``)."""
+    from medvl_engine.training.seeds import seed_spread
+
+    return {name: seed_spread([figures[name] for figures in per_seed.values()]) for name in names}
 
 
 def _flat(result: dict[str, Any]) -> dict[str, float]:

@@ -28,9 +28,11 @@ from medvl_engine.tasks.topksiglip.evaluation import ReadoutTable
 from medvl_engine.tasks.topksiglip.margins import (
     HEADLINE_METRICS,
     MARGIN_METRICS,
+    difference_text,
     headline_intervals,
+    interval_text,
     margins_over_best,
-    row_metric,
+    per_metric,
     unit_name,
 )
 
@@ -75,16 +77,7 @@ def score_baselines(
 def point_metrics(table: ReadoutTable, keys: Sequence[str] = HEADLINE_METRICS) -> dict[str, float]:
     """``{key: value}`` of the headline metrics the table gives on all its breasts."""
     rows = np.arange(len(table))
-    values = {}
-    for key in keys:
-        metric = row_metric(table, key)
-        if metric is None:
-            continue
-        try:
-            values[key] = float(metric(rows))
-        except ValueError:
-            continue
-    return values
+    return per_metric(table, keys, lambda metric: float(metric(rows)))
 
 
 def _common(tables: Sequence[ReadoutTable]) -> list[ReadoutTable]:
@@ -171,20 +164,6 @@ def baseline_block(
     }
 
 
-def _cell(record: Mapping[str, Any] | None, key: str = "value") -> str:
-    if not record or record.get(key) is None:
-        return "-"
-    if record.get("low") is None:
-        return f"{record[key]:.3f}"
-    return f"{record[key]:.3f} [{record['low']:.3f}, {record['high']:.3f}]"
-
-
-def _signed(record: Mapping[str, Any]) -> str:
-    if record.get("low") is None:
-        return f"{record['difference']:+.3f}"
-    return f"{record['difference']:+.3f} [{record['low']:+.3f}, {record['high']:+.3f}]"
-
-
 def print_baseline_block(block: Mapping[str, Any], title: str) -> None:
     """Print the block: a table of headline metrics (model(s), then each baseline reader), then
     one line per margin naming the best baseline and the bootstrap's unit."""
@@ -202,8 +181,8 @@ def print_baseline_block(block: Mapping[str, Any], title: str) -> None:
     width = 24
     print("  " + f"{'metric':<22}" + "".join(f"{c[-(width - 2) :]:<{width}}" for c in columns))
     for key in HEADLINE_METRICS:
-        cells = [_cell(entry["metrics"].get(key)) for entry in block["models"]]
-        cells += [_cell(r["metrics"].get(key)) for r in block["readers"].values()]
+        cells = [interval_text(entry["metrics"].get(key)) for entry in block["models"]]
+        cells += [interval_text(r["metrics"].get(key)) for r in block["readers"].values()]
         if all(c == "-" for c in cells):
             continue
         print("  " + f"{key:<22}" + "".join(f"{c:<{width}}" for c in cells))
@@ -214,5 +193,5 @@ def print_baseline_block(block: Mapping[str, Any], title: str) -> None:
         for key, margin in entry["margins"].items():
             print(
                 f"  margin{who} {key}: model - best baseline ({margin['best_baseline']}) = "
-                f"{_signed(margin)} (paired bootstrap over {count} {plural})"
+                f"{difference_text(margin)} (paired bootstrap over {count} {plural})"
             )

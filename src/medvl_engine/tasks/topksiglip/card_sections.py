@@ -11,23 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from medvl_engine.tasks.topksiglip.margins import HEADLINE_METRICS
+from medvl_engine.tasks.topksiglip.margins import HEADLINE_METRICS, difference_text, interval_text
 
 __all__ = ["headline_section", "split_baselines_section", "with_headline"]
 
 
-def _cell(record: Mapping[str, Any] | None) -> str:
-    if not record or record.get("value") is None:
-        return "-"
-    if record.get("low") is None:
-        return f"{record['value']:.3f}"
-    return f"{record['value']:.3f} [{record['low']:.3f}, {record['high']:.3f}]"
-
-
-def _margin(record: Mapping[str, Any]) -> str:
-    if record.get("low") is None:
-        return f"{record['difference']:+.3f}"
-    return f"{record['difference']:+.3f} [{record['low']:+.3f}, {record['high']:+.3f}]"
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table: the header, its rule, one line per row."""
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
 
 
 def _verdict(margin: Mapping[str, Any]) -> str:
@@ -61,8 +56,8 @@ def headline_section(evaluation: Mapping[str, Any], command: str) -> str:
             continue
         s = spread.get(key)
         shown = f"{s['min']:.3f} / {s['max']:.3f} / {s['std']:.3f}" if s else "-"
-        cells = [_cell(pooled["readers"][r]["metrics"].get(key)) for r in readers]
-        rows.append([key, _cell(entry["metrics"][key]), shown, *cells])
+        cells = [interval_text(pooled["readers"][r]["metrics"].get(key)) for r in readers]
+        rows.append([key, interval_text(entry["metrics"][key]), shown, *cells])
     margins = []
     for key, margin in entry["margins"].items():
         by_cohort = fresh.get("margin_by_cohort", {}).get(label, {}).get(key, [])
@@ -70,8 +65,8 @@ def headline_section(evaluation: Mapping[str, Any], command: str) -> str:
             f"; per cohort {min(by_cohort):+.3f} to {max(by_cohort):+.3f}" if by_cohort else ""
         )
         margins.append(
-            f"- {key}: model - {margin['best_baseline']} = {_margin(margin)} (paired bootstrap "
-            f"over {count} {unit}s{low_high}): {_verdict(margin)}"
+            f"- {key}: model - {margin['best_baseline']} = {difference_text(margin)} (paired "
+            f"bootstrap over {count} {unit}s{low_high}): {_verdict(margin)}"
         )
     reads = evaluation.get("test_split_reads")
     lines = [
@@ -84,9 +79,7 @@ def headline_section(evaluation: Mapping[str, Any], command: str) -> str:
         f"{count} {unit}s, {pooled['bootstrap_resamples']} resamples]; the seed spread is over "
         "the per-cohort values. AUROC chance = 0.5.",
         "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(row) + " |" for row in rows),
+        *_table(header, rows),
         "",
         "Baselines (no model; the untrained readers choose their statistic and sign per "
         "readout on the breasts they are scored on, which flatters them):",
@@ -126,13 +119,13 @@ def split_baselines_section(evaluation: Mapping[str, Any]) -> str:
     unit, count = block["unit"], block["units"]
     header = ["metric", "model", *readers]
     rows = [
-        [key, _cell(entry["metrics"].get(key))]
-        + [_cell(block["readers"][r]["metrics"].get(key)) for r in readers]
+        [key, interval_text(entry["metrics"].get(key))]
+        + [interval_text(block["readers"][r]["metrics"].get(key)) for r in readers]
         for key in HEADLINE_METRICS
         if key in entry["metrics"]
     ]
     margins = [
-        f"- {key}: model - {m['best_baseline']} = {_margin(m)} (paired bootstrap over "
+        f"- {key}: model - {m['best_baseline']} = {difference_text(m)} (paired bootstrap over "
         f"{count} {unit}s): {_verdict(m)}"
         for key, m in entry["margins"].items()
     ]
@@ -142,9 +135,7 @@ def split_baselines_section(evaluation: Mapping[str, Any]) -> str:
         f"Same command, same {count} test {unit}s; value [{block['level']:.0%} bootstrap "
         "interval].",
         "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(row) + " |" for row in rows),
+        *_table(header, rows),
         "",
         *margins,
         "",

@@ -118,19 +118,12 @@ def _git_commit() -> str:
     return head + ("+changes" if dirty else "")
 
 
-def _cell(record: dict[str, Any] | None) -> str:
-    if not record or record.get("value") is None:
-        return "-"
-    if record.get("low") is None:
-        return f"{record['value']:.3f}"
-    return f"{record['value']:.3f} [{record['low']:.3f}, {record['high']:.3f}]"
-
-
 def model_card(provenance: dict[str, Any], evaluation: dict[str, Any]) -> str:
     """MODEL_CARD.md text: what the model is, how it was built, its test-split metrics
     (``evaluation`` as written by ``medvl-train topksiglip eval``) beside the baselines."""
     from medvl_engine.demo_models import DEMO_NOTICE
     from medvl_engine.tasks.topksiglip.card_sections import split_baselines_section, with_headline
+    from medvl_engine.tasks.topksiglip.margins import interval_text
 
     model = evaluation["models"][0]["metrics"]
     baseline = evaluation["baseline"]["metrics"]
@@ -138,7 +131,7 @@ def model_card(provenance: dict[str, Any], evaluation: dict[str, Any]) -> str:
     recipe = demo_config()
     task = flat_task_settings(recipe)
     rows = [
-        f"| {key} | {_cell(model.get(key))} | {_cell(baseline.get(key))} | "
+        f"| {key} | {interval_text(model.get(key))} | {interval_text(baseline.get(key))} | "
         f"{reads.get(key, 'max-intensity map' if key.startswith(('pointing', 'pixel')) else '')} |"
         for key in CARD_METRICS
         if key in model

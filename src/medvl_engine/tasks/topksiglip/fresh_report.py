@@ -25,6 +25,7 @@ from medvl_engine.tasks.topksiglip.baseline_report import (
     score_baselines,
 )
 from medvl_engine.tasks.topksiglip.margins import HEADLINE_METRICS
+from medvl_engine.training.seeds import seed_spread
 
 if TYPE_CHECKING:
     from medvl_engine.models.topksiglip import TopKSigLIP
@@ -33,17 +34,6 @@ if TYPE_CHECKING:
     from medvl_engine.training.config import RunConfig
 
 __all__ = ["evaluate_fresh_cohorts", "print_fresh_report", "seed_spread"]
-
-
-def seed_spread(values: Sequence[float]) -> dict[str, float]:
-    """``{mean, std, min, max}`` of per-cohort values (std with ``ddof=0``)."""
-    array = np.asarray(values, dtype=np.float64)
-    return {
-        "mean": float(array.mean()),
-        "std": float(array.std()),
-        "min": float(array.min()),
-        "max": float(array.max()),
-    }
 
 
 def evaluate_fresh_cohorts(

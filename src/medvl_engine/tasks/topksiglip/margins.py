@@ -10,7 +10,8 @@ when two breasts share one) thousands of times over pooled cohorts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,8 +24,11 @@ __all__ = [
     "HEADLINE_METRICS",
     "MARGIN_METRICS",
     "best_baseline",
+    "difference_text",
     "headline_intervals",
+    "interval_text",
     "margins_over_best",
+    "per_metric",
     "row_metric",
     "unit_name",
 ]
@@ -40,6 +44,8 @@ HEADLINE_METRICS = (
 """Metrics of the baseline block and the fresh-cohort report, in print order."""
 MARGIN_METRICS = ("auroc_cancer", "auroc_birads_avg", "pointing_game")
 """Metrics whose margin over the best baseline is bootstrapped (paired, over units)."""
+
+T = TypeVar("T")
 
 
 def unit_name(units: np.ndarray) -> str:
@@ -113,6 +119,25 @@ def row_metric(table: ReadoutTable, key: str) -> Callable[[np.ndarray], float] |
     return None
 
 
+def per_metric(
+    table: ReadoutTable,
+    keys: Sequence[str],
+    compute: Callable[[Callable[[np.ndarray], float]], T],
+) -> dict[str, T]:
+    """``{key: compute(metric)}`` for each metric ``key`` the table gives (:func:`row_metric`
+    not None), leaving out those where ``compute`` raises ValueError (undefined)."""
+    result = {}
+    for key in keys:
+        metric = row_metric(table, key)
+        if metric is None:
+            continue
+        try:
+            result[key] = compute(metric)
+        except ValueError:
+            continue
+    return result
+
+
 def headline_intervals(
     table: ReadoutTable,
     units: np.ndarray,
@@ -124,24 +149,22 @@ def headline_intervals(
     """``{key: interval}`` of the metrics ``keys`` the table gives, each a percentile
     bootstrap over ``units [n]`` (one id per row; rows sharing an id resampled together)."""
     rows = np.arange(len(table))
-    result = {}
-    for key in keys:
-        metric = row_metric(table, key)
-        if metric is None:
-            continue
-        try:
-            result[key] = _unit_bootstrap(
-                metric,
-                rows,
-                units=units,
-                unit=unit_name(units),
-                n_resamples=n_resamples,
-                seed=seed,
-                level=level,
-            )
-        except ValueError:
-            continue
-    return result
+    bootstrap = _bootstrap_settings(units, n_resamples, seed, level)
+    return per_metric(table, keys, lambda metric: _unit_bootstrap(metric, rows, **bootstrap))
+
+
+def _bootstrap_settings(
+    units: np.ndarray, n_resamples: int, seed: int, level: float
+) -> dict[str, Any]:
+    """The bootstrap's arguments shared by the intervals and the margins: resample ``units``
+    (named by :func:`unit_name`) ``n_resamples`` times from ``seed`` at ``level``."""
+    return {
+        "units": units,
+        "unit": unit_name(units),
+        "n_resamples": n_resamples,
+        "seed": seed,
+        "level": level,
+    }
 
 
 def best_baseline(values: Mapping[str, Mapping[str, float]], key: str) -> tuple[str, float] | None:
@@ -193,13 +216,27 @@ def margins_over_best(
                 (rows,),
                 (rows,),
                 baseline_metric=functions[best[0]],
-                units=units,
-                unit=unit_name(units),
-                n_resamples=n_resamples,
-                seed=seed,
-                level=level,
+                **_bootstrap_settings(units, n_resamples, seed, level),
             )
         except ValueError:
             continue
         result[key] = (best[0], difference)
     return result
+
+
+def interval_text(record: Mapping[str, Any] | None) -> str:
+    """An interval record (``{"value", "low", "high"}`` as the JSON-ready blocks store it) as
+    ``"v [low, high]"`` to 3 decimals; ``"v"`` without an interval, ``"-"`` without a value."""
+    if not record or record.get("value") is None:
+        return "-"
+    if record.get("low") is None:
+        return f"{record['value']:.3f}"
+    return f"{record['value']:.3f} [{record['low']:.3f}, {record['high']:.3f}]"
+
+
+def difference_text(record: Mapping[str, Any]) -> str:
+    """A paired-difference record (``{"difference", "low", "high"}``) as ``"+d [+low, +high]"``
+    to 3 signed decimals; ``"+d"`` without an interval."""
+    if record.get("low") is None:
+        return f"{record['difference']:+.3f}"
+    return f"{record['difference']:+.3f} [{record['low']:+.3f}, {record['high']:+.3f}]"

@@ -5,8 +5,6 @@ outline and inside the slide, its area as a measurement; valid, new and private.
 from __future__ import annotations
 
 import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pydicom
@@ -19,27 +17,16 @@ hd = pytest.importorskip("highdicom")
 from medvl_engine.export.dicom import leaked_paths  # noqa: E402
 from medvl_engine.export.dicom.wsi_ann import write_regions_annotations  # noqa: E402
 from medvl_engine.io.dicom_results import read_dicom_result  # noqa: E402
+from tests.engine.export.dicom.mammo_fixtures import dciodvfy_errors  # noqa: E402
 from tests.engine.export.dicom.segment_fixtures import (  # noqa: E402
     NAMES,
     SLIDE_SIZE,
     segment_result,
 )
-from tests.support.dicom_wsi import write_dicom_wsi  # noqa: E402
 
 needs_dciodvfy = pytest.mark.skipif(
     shutil.which("dciodvfy") is None, reason="dciodvfy (dicom3tools) is not installed"
 )
-
-
-@pytest.fixture(scope="module")
-def wsi(tmp_path_factory) -> list[Path]:
-    image = np.random.default_rng(2).integers(0, 255, (300, 400, 3), dtype=np.uint8)
-    return write_dicom_wsi(tmp_path_factory.mktemp("wsi"), image, mpp=0.5, tile=64)
-
-
-def _errors(path: Path) -> list[str]:
-    report = subprocess.run(["dciodvfy", str(path)], capture_output=True, text=True, timeout=60)
-    return [line for line in report.stderr.splitlines() if line.startswith("Error")]
 
 
 @pytest.mark.parametrize("coordinates", ["2D", "3D"])
@@ -108,7 +95,7 @@ def test_a_map_without_class_regions_and_a_tiff_slide_are_refused(wsi, write_svs
 @needs_dciodvfy
 def test_dciodvfy_finds_no_error_in_slide_coordinates(wsi, tmp_path):
     out = write_regions_annotations(tmp_path / "r.dcm", segment_result(), wsi[0], coordinates="3D")
-    assert _errors(out) == []
+    assert dciodvfy_errors(out) == []
     flat = write_regions_annotations(tmp_path / "f.dcm", segment_result(), wsi[0])
     # dicom3tools 1.00~20220618 reports the Common Z Coordinate Value that 2D must leave out
-    assert all("<CommonZCoordinateValue> = <>" in line for line in _errors(flat))
+    assert all("<CommonZCoordinateValue> = <>" in line for line in dciodvfy_errors(flat))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -27,23 +26,17 @@ from medvl_engine.export.regions import class_colors  # noqa: E402
 from medvl_engine.heatmap import Heatmap  # noqa: E402
 from medvl_engine.io.dicom_results import read_dicom_result  # noqa: E402
 from medvl_engine.io.dicom_results.describe import describe_result  # noqa: E402
+from tests.engine.export.dicom.mammo_fixtures import dciodvfy_errors  # noqa: E402
 from tests.engine.export.dicom.segment_fixtures import (  # noqa: E402
     NAMES,
     ORIGIN,
     labels_on_source_grid,
     segment_result,
 )
-from tests.support.dicom_wsi import write_dicom_wsi  # noqa: E402
 
 needs_dciodvfy = pytest.mark.skipif(
     shutil.which("dciodvfy") is None, reason="dciodvfy (dicom3tools) is not installed"
 )
-
-
-@pytest.fixture(scope="module")
-def wsi(tmp_path_factory) -> list[Path]:
-    image = np.random.default_rng(1).integers(0, 255, (300, 400, 3), dtype=np.uint8)
-    return write_dicom_wsi(tmp_path_factory.mktemp("wsi"), image, mpp=0.5, tile=64)
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +62,6 @@ def _heatmap(mode: str, value_range: tuple[float, float]) -> Heatmap:
         value_range=value_range,
         metadata={"encoder": "medvl-demo"},
     )
-
-
-def _errors(path: Path) -> list[str]:
-    report = subprocess.run(["dciodvfy", str(path)], capture_output=True, text=True, timeout=60)
-    return [line for line in report.stderr.splitlines() if line.startswith("Error")]
 
 
 def test_each_class_segment_is_exactly_its_cells_and_uncertain_is_in_none(class_seg, wsi):
@@ -189,5 +177,5 @@ def test_a_tiff_slide_is_refused_before_anything_is_written(write_svs, tmp_path)
 @needs_dciodvfy
 def test_dciodvfy_finds_no_error_in_either_segmentation(class_seg, wsi, tmp_path):
     heat = write_heatmap_segmentation(tmp_path / "h.dcm", _heatmap("cosine", (-1, 1)), wsi[0])
-    assert _errors(class_seg) == []
-    assert _errors(heat) == []
+    assert dciodvfy_errors(class_seg) == []
+    assert dciodvfy_errors(heat) == []
