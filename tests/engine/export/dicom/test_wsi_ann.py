@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import highdicom as hd
 import numpy as np
@@ -14,16 +13,9 @@ import pytest
 from medvl_engine.errors import ExportError
 from medvl_engine.export.dicom import leaked_paths, write_top_patches_annotations
 from medvl_engine.io.dicom_results import read_dicom_result
-from tests.support.dicom_wsi import write_dicom_wsi
 
 BOXES = np.array([[64, 32, 96, 64], [160, 96, 192, 128], [0, 256, 32, 288]])
 SCORES = np.array([0.91, 0.62, 0.40])
-
-
-@pytest.fixture(scope="module")
-def wsi(tmp_path_factory) -> list[Path]:
-    image = np.random.default_rng(1).integers(0, 255, (300, 400, 3), dtype=np.uint8)
-    return write_dicom_wsi(tmp_path_factory.mktemp("wsi"), image, mpp=0.5, tile=64)
 
 
 @pytest.mark.parametrize("coordinates", ["2D", "3D"])

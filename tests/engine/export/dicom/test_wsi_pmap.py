@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pydicom
@@ -14,16 +13,10 @@ from medvl_engine.errors import ExportError
 from medvl_engine.export.dicom import leaked_paths, write_heatmap_parametric_map
 from medvl_engine.heatmap import Heatmap
 from medvl_engine.io.dicom_results import read_dicom_result
-from tests.support.dicom_wsi import ORIGIN_MM, write_dicom_wsi
+from tests.support.dicom_wsi import ORIGIN_MM
 
 CELL = 32
 ORIGIN = (64, 32)  # level-0 px of the grid's first cell: a multiple of the patch step
-
-
-@pytest.fixture(scope="module")
-def wsi(tmp_path_factory) -> list[Path]:
-    image = np.random.default_rng(0).integers(0, 255, (300, 400, 3), dtype=np.uint8)
-    return write_dicom_wsi(tmp_path_factory.mktemp("wsi"), image, mpp=0.5, tile=64)
 
 
 def _heatmap(origin=ORIGIN, model="medvl-demo") -> tuple[Heatmap, np.ndarray, np.ndarray]:
