@@ -175,6 +175,12 @@ def save_window(viewer: Any, path: Path, width: int) -> Path:
 
     settle()
     viewer.reset_view()
+    # with asynchronous slicing (on once a slide has opened) a layer draws a few turns later
+    wait_until(
+        lambda: all(layer.loaded for layer in viewer.layers if layer.visible),
+        60.0,
+        "Drawing the layers",
+    )
     settle()
     image = small_png(viewer.screenshot(canvas_only=False, flash=False), width)
     written = atomic_write(
