@@ -37,7 +37,13 @@ def test_medvl_heatmap_on_the_saved_store_writes_the_saved_map(tmp_path):
     today, saved = np.load(out), np.load(HEATMAP)
     assert sorted(today.files) == sorted(saved.files)
     for key in saved.files:
-        np.testing.assert_array_equal(today[key], saved[key], err_msg=key)
+        if np.issubdtype(saved[key].dtype, np.floating):
+            # scores from the text tower's float32 arithmetic: equal to a float32's
+            # last digit, which varies with the torch and transformers builds
+            np.testing.assert_allclose(today[key], saved[key], rtol=0, atol=1e-6, err_msg=key)
+            assert today[key].dtype == saved[key].dtype, key
+        else:
+            np.testing.assert_array_equal(today[key], saved[key], err_msg=key)
 
 
 def test_the_engine_call_scores_the_saved_store_as_release_0_1_0_did():
