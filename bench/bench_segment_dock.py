@@ -9,8 +9,9 @@ class list changes and the time runs from the change to the dock's layers update
   paused      the new list is typed, the user pauses (the dock encodes the new classes' text
               in that pause, ``PREFETCH_MS`` after the last keystroke), then presses Run
   at once     a list with a class never seen before, Run at once: its text is encoded in
-              the run (22 CONCH templates, one batch); the dock first shows the map of the
-              known classes (``first look``, timed too), then the complete map (timed)
+              the run (22 CONCH templates, one batch); the dock first shows the map of every
+              class, the new one from its first wording (one text: ``first look``, timed
+              too), then the complete map with its prompt ensemble (timed)
   known       a list of classes seen before (one dropped, the order changed)
 
 and, interleaved with them in the same viewer, the floor: bare napari putting the same labels
@@ -68,7 +69,8 @@ def _dock_change(app, widget, lines: str, pause: bool, parts: dict | None = None
     """Milliseconds from the class list's change (or, after a pause, from Run) to the dock's
     layers updated and drawn; ``parts`` gathers the milliseconds of the job (Run to its
     result on the GUI thread), of the presenter's update (on the GUI thread) and, for a run
-    that shows the map of its known classes first, from the change to that first look drawn."""
+    that shows a first look (every class, the new ones from their first wording), from the
+    change to that first look drawn."""
     shown: list[float] = []
     looked: list[float] = []
     original = widget.presenter.show_outcome

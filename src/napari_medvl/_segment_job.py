@@ -7,7 +7,8 @@ encoder, the feature store of (slide, model, grid or features file), the slide's
 and each class's prompt-ensemble embedding c_k [D] (by model, templates and names). A changed
 class list then costs only the text of the new classes (every template x synonym of them in
 one batch of the text encoder) and the map (p = softmax_k(s * v_i . c_k) over the N patches,
-the cells, the regions).
+the cells, the regions). While that text is encoded, a first look maps every class at once,
+each new class from its first wording alone (its first name in the first template, one text).
 
 Where it can, the job runs in the model process (:mod:`._worker_process`; the child runs
 :func:`segment_here` on its own SegmentCache, :mod:`._worker_segment`): napari's process then
@@ -44,6 +45,7 @@ __all__ = [
     "SegmentRequest",
     "class_embeddings",
     "embeddings_ready",
+    "first_look_embeddings",
     "format_areas",
     "prefetch_embeddings",
     "recount_job",
@@ -76,10 +78,11 @@ class SegmentOutcome:
 
 @dataclass
 class FirstLook:
-    """The map of the classes whose text is known already, shown while the text of the
-    ``pending`` classes (new to this run) is encoded: ``result`` is the engine's
-    SegmentResult of those known classes (at least two), ``request`` the run's (None while
-    it comes from the model process, which does not send the slide back)."""
+    """The map of all the run's classes shown while the prompt ensembles of the ``pending``
+    classes (new to this run) are encoded: ``result`` is the engine's SegmentResult with the
+    known classes' ensembles and each pending class's first wording
+    (:func:`first_look_embeddings`); ``request`` the run's (None while it comes from the
+    model process, which does not send the slide back)."""
 
     result: Any
     pending: tuple[str, ...]
@@ -137,8 +140,8 @@ def segment_job(
 ) -> Generator[Progress | FirstLook, None, SegmentOutcome]:
     """Generator job: load the encoder, read or extract the features (once per slide, model
     and grid), then map the classes; in the model process where it can (module docstring).
-    A run with classes whose text is not encoded yet first yields the :class:`FirstLook` of
-    the known ones (when there are two or more)."""
+    A run with classes whose prompt ensembles are not encoded yet first yields the
+    :class:`FirstLook` of every class, the new ones from their first wording."""
     process = _process_for(request, cache, cancel)
     if process is None:
         return (yield from segment_here(request, cache, cancel))
@@ -186,8 +189,8 @@ def segment_here(
 ) -> Generator[Progress | FirstLook, None, SegmentOutcome]:
     """:func:`segment_job` in this process (threads): the model loads into ``cache``, and
     :func:`medvl_engine.pathology.segment` maps the classes with the cached store, tissue
-    mask and class embeddings (those missing computed and kept); the first look of the
-    known classes comes before the new classes' text is encoded."""
+    mask and class embeddings (those missing computed and kept); the first look, with the new
+    classes from their first wording, comes before their prompt ensembles are encoded."""
     from medvl_engine.encoders import load_encoder
     from medvl_engine.errors import CancelledError
 
@@ -207,16 +210,12 @@ def segment_here(
             cancel=cancel,
         )
         cache.stores[key] = store
-    keys = _embedding_keys(request.model, request.templates, request.classes)
-    known = {
-        name: names for name, names in request.classes.items() if keys[name] in cache.embeddings
-    }
-    if 2 <= len(known) < len(request.classes):
-        first = _segment(request, known, encoder, store, cache)
-        yield FirstLook(
-            first, tuple(name for name in request.classes if name not in known), request
-        )
-    result = _segment(request, request.classes, encoder, store, cache)
+    looks = first_look_embeddings(cache, encoder, request.model, request.templates, request.classes)
+    if looks is not None:
+        embeddings, pending = looks
+        yield FirstLook(_segment(request, encoder, store, cache, embeddings), pending, request)
+    embeddings = class_embeddings(cache, encoder, request.model, request.templates, request.classes)
+    result = _segment(request, encoder, store, cache, embeddings)
     result.extracted = extracted
     if cancel is not None and cancel.is_set():
         raise CancelledError("The segmentation was cancelled.")
@@ -224,24 +223,19 @@ def segment_here(
 
 
 def _segment(
-    request: SegmentRequest,
-    classes: dict[str, tuple[str, ...]],
-    encoder: Any,
-    store: Any,
-    cache: SegmentCache,
+    request: SegmentRequest, encoder: Any, store: Any, cache: SegmentCache, embeddings: Any
 ) -> Any:
-    """The engine's segment() of ``classes`` on the request's slide with the cached store,
-    tissue mask and class embeddings [K, D] (those missing computed and kept)."""
+    """The engine's segment() of the request's classes on its slide with the cached store and
+    tissue mask and the class embeddings ``embeddings`` [K, D] (in the classes' order)."""
     from medvl_engine.pathology import segment
     from medvl_engine.tiling import tissue_mask
 
-    embeddings = class_embeddings(cache, encoder, request.model, request.templates, classes)
     slide_key = str(request.slide.path)
     if slide_key not in cache.tissues:
         cache.tissues[slide_key] = tissue_mask(request.slide)
     return segment(
         request.slide,
-        classes,
+        request.classes,
         encoder,
         templates=request.templates,
         overlap=request.overlap,
@@ -306,6 +300,48 @@ def class_embeddings(
             for name, row in zip(missing, fresh, strict=True):  # [K', D]
                 cache.embeddings[keys[name]] = row
     return torch.stack([cache.embeddings[keys[name]] for name in classes])
+
+
+def first_look_embeddings(
+    cache: SegmentCache,
+    encoder: Any,
+    model: str,
+    templates: str,
+    classes: dict[str, tuple[str, ...]],
+) -> tuple[Any, tuple[str, ...]] | None:
+    """Class embeddings [K, D] for a first look, and the classes still to encode: the known
+    classes' prompt ensembles from ``cache``, each new class from its first wording alone,
+    c = n(E(u_1.format(s_1))) (one text per new class, in one batch; not kept). None when
+    there is nothing to look at first: every class is known, or each new class's ensemble is
+    its first wording (one name and no templates)."""
+    import torch
+
+    from medvl_engine.prompts import (
+        check_classes,
+        ensemble_embeddings,
+        expand_classes,
+        resolve_templates,
+    )
+
+    check_classes(classes)  # the run's own sentence for a class list it cannot map
+    keys = _embedding_keys(model, templates, classes)
+    resolved = resolve_templates(templates)
+    with cache.text_lock:
+        missing = {
+            name: names for name, names in classes.items() if keys[name] not in cache.embeddings
+        }
+        if not any(len(texts) > 1 for texts in expand_classes(missing, resolved).values()):
+            return None
+        first = {name: tuple(names)[:1] for name, names in missing.items()}
+        fresh = dict(
+            zip(
+                first,
+                ensemble_embeddings(encoder.encode_text, first, resolved and resolved[:1]),
+                strict=True,
+            )
+        )
+        rows = [fresh[name] if name in fresh else cache.embeddings[keys[name]] for name in classes]
+    return torch.stack(rows), tuple(missing)
 
 
 def prefetch_embeddings(

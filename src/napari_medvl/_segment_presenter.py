@@ -1,8 +1,8 @@
 """The "Segment by prompts" dock's presenter: the area table, the legend and, per slide, the
 class map as a labels layer (``tissue map: <slide>``) and its regions as a shapes layer
 (``regions: <slide>``), both updated in place by a new run (``_segment_layers``). A run whose
-new classes' text must be encoded first shows the map of its known classes (the job's
-FirstLook), then the complete map.
+new classes' prompt ensembles must be encoded first shows the map of every class, the new ones
+from their first wording (the job's FirstLook), then the complete map.
 
 Painting on the labels layer recounts the areas: every paint stroke (napari's
 ``events.paint``), and every other change of its cells (an undo, new data: napari's
@@ -99,11 +99,13 @@ class SegmentPresenter:
         self.form.controls.status.value = f"{status} ({notice})" if notice else status
 
     def show_first_look(self, look: FirstLook) -> None:
-        """Show the map of the run's classes whose text was known while the new ones' text is
-        encoded (the complete map follows); the status line names the classes to come."""
+        """Show the map of every class, the new ones from their first wording, while their
+        prompt ensembles are encoded (the complete map follows); the status line names them."""
         self.show_outcome(look.outcome)
         pending = ", ".join(repr(name) for name in look.pending)
-        self.form.controls.status.value = f"First look without {pending}: encoding its text..."
+        self.form.controls.status.value = (
+            f"First look, {pending} from one wording: encoding the prompt ensemble..."
+        )
 
     def _draw(self, outcome: SegmentOutcome, map_data: bool = True) -> None:
         """Table, legend, labels layer and regions layer of ``outcome`` (in place when the

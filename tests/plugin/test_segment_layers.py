@@ -11,7 +11,7 @@ from napari.layers import Layer
 from medvl_engine.export.regions import class_colors
 from medvl_engine.prompts import ensemble_embeddings
 from medvl_engine.segmentation import ClassMap, SegmentResult, area_table, class_regions
-from napari_medvl._segment_job import SegmentCache, class_embeddings
+from napari_medvl._segment_job import SegmentCache, class_embeddings, first_look_embeddings
 from napari_medvl._segment_layers import label_colormap, recount, regions_layer
 
 MPP = (0.5, 0.5)
@@ -132,3 +132,33 @@ def test_a_changed_class_list_encodes_only_its_new_classes():
     encoder.seen.clear()
     class_embeddings(cache, encoder, "m", "none", changed)  # other templates: other texts
     assert encoder.seen == ["adipose", "fat", "tumor", "carcinoma"]
+
+
+def test_a_first_look_takes_each_new_class_from_its_first_wording():
+    from medvl_engine.errors import ConfigError
+    from medvl_engine.prompts import CONCH_TEMPLATES
+
+    cache, encoder = SegmentCache(), _CountingText()
+    known = {"tumor": ("tumor", "carcinoma"), "stroma": ("stroma",)}
+    kept = class_embeddings(cache, encoder, "m", "conch", known)
+    encoder.seen.clear()
+    changed = {"tumor": known["tumor"], "adipose": ("adipose", "fat"), "stroma": ("stroma",)}
+    embeddings, pending = first_look_embeddings(cache, encoder, "m", "conch", changed)
+    assert pending == ("adipose",)
+    # one text for the new class, in the first template; nothing kept for it
+    assert encoder.seen == [CONCH_TEMPLATES[0].format("adipose")]
+    assert len(cache.embeddings) == 2
+    np.testing.assert_allclose(embeddings[[0, 2]].numpy(), kept.numpy(), rtol=0, atol=0)
+    alone = ensemble_embeddings(
+        _CountingText().encode_text, {"a": ("adipose",)}, CONCH_TEMPLATES[:1]
+    )
+    np.testing.assert_allclose(embeddings[1].numpy(), alone[0].numpy(), rtol=1e-6, atol=1e-7)
+    full = class_embeddings(cache, encoder, "m", "conch", changed)
+    assert not np.allclose(full[1].numpy(), embeddings[1].numpy())  # the ensemble differs
+
+    # nothing to look at first: every class known, or a new class of one name and no templates
+    assert first_look_embeddings(cache, encoder, "m", "conch", changed) is None
+    class_embeddings(cache, encoder, "m", "none", known)
+    assert first_look_embeddings(cache, encoder, "m", "none", {**known, "fat": ("fat",)}) is None
+    with pytest.raises(ConfigError, match="Class 'fat'"):
+        first_look_embeddings(cache, encoder, "m", "none", {**known, "fat": ()})

@@ -69,45 +69,51 @@ def test_segmentation_maps_the_slide_and_lists_areas(
     ]
     assert widget.legend.entries()[0][1] == class_colors(3)[0]
 
-    # a changed class list: the features stay, only the new class's text is encoded; the map
-    # of the two classes known already shows first, saying which class is still to come
+    # a changed class list: the features stay, only the new class's text is encoded; every
+    # class shows first, the new one from its first wording, saying its ensemble is to come
     looks = []
     show_first_look = widget.runner.on_partial
 
     def first_look(look):
         show_first_look(look)
-        looks.append((look, widget.controls.status.value, np.array(layer.data)))
+        legend = [name for name, _ in widget.legend.entries()]
+        looks.append((look, widget.controls.status.value, np.array(layer.data), legend))
 
     widget.runner.on_partial = first_look
-    widget.classes.value = "adipose=adipose tissue, fat\ntumor=carcinoma\nnecrosis"
+    widget.classes.value = "adipose=adipose tissue, fat\ntumor=carcinoma\nnecrosis=necrotic tissue"
     widget._prefetch_timer.stop()  # Run at once: the run itself encodes the new class
     assert widget.run() is not None
     wait_for_runner(qtbot, widget.runner, 120_000)
     assert widget.runner.last_error is None, widget.runner.last_error
-    (look, status, shown), *later = looks
+    (look, status, shown, legend), *later = looks
     assert not later and look.pending == ("necrosis",)
-    assert status == "First look without 'necrosis': encoding its text..."
-    known = segment(
-        small_slide.path,
-        {"adipose": ("adipose", "adipose tissue", "fat"), "tumor": ("tumor", "carcinoma")},
-        widget.cache.encoders["medvl-demo"],
-        templates="none",
+    assert status == "First look, 'necrosis' from one wording: encoding the prompt ensemble..."
+    assert legend[:3] == ["adipose", "tumor", "necrosis"]
+    known = {"adipose": ("adipose", "adipose tissue", "fat"), "tumor": ("tumor", "carcinoma")}
+    encoder = widget.cache.encoders["medvl-demo"]
+    one_wording = segment(
+        small_slide.path, {**known, "necrosis": ("necrosis",)}, encoder, templates="none"
     )
-    np.testing.assert_array_equal(shown, known.class_map.labels)
+    np.testing.assert_array_equal(shown, one_wording.class_map.labels)
     changed = segment(
         small_slide.path,
-        {
-            "adipose": ("adipose", "adipose tissue", "fat"),
-            "tumor": ("tumor", "carcinoma"),
-            "necrosis": ("necrosis",),
-        },
-        widget.cache.encoders["medvl-demo"],
+        {**known, "necrosis": ("necrosis", "necrotic tissue")},
+        encoder,
         templates="none",
     )
     np.testing.assert_array_equal(layer.data, changed.class_map.labels)
     assert viewer.layers[layer.name] is layer  # updated in place
     assert [name for name, _ in widget.legend.entries()][:3] == ["adipose", "tumor", "necrosis"]
     assert len(widget.cache.stores) == 1
+
+    # a new class of one wording and no templates is its own ensemble: no first look
+    widget.classes.value = "adipose=adipose tissue, fat\ntumor=carcinoma\nmucin"
+    widget._prefetch_timer.stop()
+    assert widget.run() is not None
+    wait_for_runner(qtbot, widget.runner, 120_000)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    assert len(looks) == 1
+    assert [name for name, _ in widget.legend.entries()][:3] == ["adipose", "tumor", "mucin"]
 
     # painting a tissue cell "tumor" moves its area into the tumor row of the table
     tissue_cells = np.argwhere((layer.data > 0) & (layer.data != 2))

@@ -183,7 +183,7 @@ def first_look(look):
 
 
 widget.runner.on_partial = first_look
-widget.classes.value = "adipose=adipose tissue, fat\ntumor=carcinoma\nnecrosis\nmucin"
+widget.classes.value = "adipose=adipose tissue, fat\ntumor=carcinoma\nnecrosis\nmucin=mucus"
 widget._prefetch_timer.stop()  # Run at once: the run itself encodes the new class
 widget.run()
 wait()
@@ -238,8 +238,10 @@ def test_the_dock_segments_in_the_model_process_as_the_engine_does(
     assert report["torch"] == []  # napari's process: model, features and text in the child
     assert report["child_torch"] == ["torch"]
     assert report["store"] == "StoreSummary"
-    # a new class run at once: the map of the known classes crosses first, then the whole
-    assert report["looks"] == [[["adipose", "tumor", "necrosis"], ["mucin"], "StoreSummary"]]
+    # a new class run at once: the map with its first wording crosses first, then the whole
+    assert report["looks"] == [
+        [["adipose", "tumor", "necrosis", "mucin"], ["mucin"], "StoreSummary"]
+    ]
     assert report["last"] == ["adipose", "tumor", "necrosis", "mucin"]
     # napari's cache holds no embedding, store or model: the child does (and had the new
     # class's text encoded during the pause)
