@@ -233,9 +233,9 @@ def _floor_round(app, probe, levels, scale, metadata, passes: int) -> dict[str, 
     return gaps
 
 
-def plugin_round(app, probe, slide_path: Path, features: Path) -> dict[str, object]:
+def plugin_round(app, probe, slide_path: Path, features: Path, stacks=None) -> dict[str, object]:
     """The plugin: open, dock, Run after a second (model not loaded), pan until complete,
-    then the re-prompts."""
+    then the re-prompts; ``stacks`` (a GapStacks) samples the first heatmap."""
     import npe2
 
     from napari_medvl._heatmap_job import FeatureCache
@@ -259,6 +259,8 @@ def plugin_round(app, probe, slide_path: Path, features: Path) -> dict[str, obje
         result["dock"] = list(probe.gaps_ms)
         _settle(app, max(0.0, RUN_AFTER_DOCK_S - 0.5))
         probe.start()
+        if stacks is not None:
+            stacks.start()
         started = time.perf_counter()
         widget.run()
         ends: list[int] = []
@@ -268,6 +270,9 @@ def plugin_round(app, probe, slide_path: Path, features: Path) -> dict[str, obje
             _pan_pass(viewer, app, probe, forward=len(ends) % 2 == 0)
             ends.append(len(probe.gaps_ms))
         probe.stop()
+        if stacks is not None:
+            stacks.stop()
+            result["stacks"] = stacks.report(focus=stacks.focus)
         result["first"] = list(probe.gaps_ms)
         result["first_s"] = time.perf_counter() - started
         result["passes"] = len(ends)
@@ -370,6 +375,12 @@ def main() -> None:
         "--settings", default="sync,async", help="sync,async (the default), sync or async"
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="floor/plugin rounds")
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help="print what the GUI thread did in the first heatmap's longest gaps (slows it)",
+    )
+    parser.add_argument("--stacks-focus", help="print every frame of stacks naming this")
     arguments = parser.parse_args()
     if not set(arguments.settings.split(",")) <= {"sync", "async"}:
         parser.error(f"--settings {arguments.settings}: name sync, async or sync,async")
@@ -388,6 +399,12 @@ def main() -> None:
     async_before = settings.experimental.async_
     app = QApplication.instance() or QApplication([])
     probe = StallProbe()
+    stacks = None
+    if arguments.stacks:
+        from _gap_stacks import GapStacks
+
+        stacks = GapStacks(probe)
+        stacks.focus = arguments.stacks_focus
     with tempfile.TemporaryDirectory() as scratch:
         slide_path = write_j2k_pyramid(Path(scratch) / "j2k.svs")
         slide = open_slide(slide_path)
@@ -404,7 +421,9 @@ def main() -> None:
                 for name, setting in done.items():
                     settings.experimental.async_ = name == "async"
                     features = Path(scratch) / f"features-{name}-{index}"
-                    run = plugin_round(app, probe, slide_path, features)
+                    run = plugin_round(app, probe, slide_path, features, stacks)
+                    for line in run.get("stacks", []):  # type: ignore[attr-defined]
+                        print(f"{name} round {index + 1}: {line}", flush=True)
                     run["load"] = _load()
                     floor = floor_round(app, probe, levels, scale, metadata, int(run["passes"]))
                     setting.add_round(run, floor)

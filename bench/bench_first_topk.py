@@ -141,9 +141,9 @@ def _wait_done(widget, app, cap_s: float) -> None:
         _settle(app, 0.01)
 
 
-def plugin_round(app, probe, paths: list[Path]) -> dict[str, object]:
+def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object]:
     """The plugin: open and hang, dock, Run after a second (model not loaded), pan until the
-    result is drawn, then the other breast."""
+    result is drawn, then the other breast; ``stacks`` (a GapStacks) samples the first TopK."""
     import npe2
 
     from napari_medvl._mammo_hanging import hang_views
@@ -178,6 +178,8 @@ def plugin_round(app, probe, paths: list[Path]) -> dict[str, object]:
         result["dock_layers"] = [_plain(layer) for layer in viewer.layers if layer not in before]
         _settle(app, max(0.0, RUN_AFTER_DOCK_S - 0.5))
         probe.start()
+        if stacks is not None:
+            stacks.start()
         started = time.perf_counter()
         if widget.run() is None:
             raise RuntimeError(f"TopK refused to run: {widget.controls.status.value}")
@@ -188,6 +190,9 @@ def plugin_round(app, probe, paths: list[Path]) -> dict[str, object]:
         ):
             _pan(viewer, app, probe, 1, path, ends)
         probe.stop()
+        if stacks is not None:
+            stacks.stop()
+            result["stacks"] = stacks.report(focus=stacks.focus)
         result["first"], result["ends"] = list(probe.gaps_ms), ends
         result["first_s"], result["passes"] = time.perf_counter() - started, len(ends)
         if widget.runner.last_error is not None:
@@ -235,6 +240,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", action="store_true", help="models in napari's process")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="plugin/floor rounds")
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help="print what the GUI thread did in the first TopK's longest gaps (slows it)",
+    )
+    parser.add_argument("--stacks-focus", help="print every frame of stacks naming this")
     arguments = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["MEDVL_MODEL_PROCESS"] = "0" if arguments.threads else "1"
@@ -244,6 +255,12 @@ def main() -> None:
 
     app = QApplication.instance() or QApplication([])
     probe = StallProbe()
+    stacks = None
+    if arguments.stacks:
+        from _gap_stacks import GapStacks
+
+        stacks = GapStacks(probe)
+        stacks.focus = arguments.stacks_focus
     with tempfile.TemporaryDirectory() as scratch:
         paths = write_exam(Path(scratch))
         print(
@@ -255,7 +272,7 @@ def main() -> None:
         plugin: dict[str, list[float]] = {"dock": [], "second": []}
         details = []
         for index in range(arguments.rounds):
-            run = plugin_round(app, probe, paths)
+            run = plugin_round(app, probe, paths, stacks)
             for key in plugin:
                 plugin[key].extend(run[key])  # type: ignore[arg-type]
             first.add(run["first"], run["ends"])  # type: ignore[arg-type]
@@ -270,6 +287,7 @@ def main() -> None:
                 f"passes; TopK ran in {run['where']}; "
                 f"{len(run['dock_layers'])} layers added by the dock"  # type: ignore[arg-type]
             )
+            details.extend(f"  {line}" for line in run.get("stacks", []))  # type: ignore[attr-defined]
         print(f"{arguments.rounds} rounds, plugin and floor alternated:")
         for line in details:
             print(f"  {line}")

@@ -66,20 +66,24 @@ def when_ready(parent: Any, ready: threading.Event, action: Callable[[], None]) 
         later(parent, IMPORT_POLL_MS, lambda: when_ready(parent, ready, action))
 
 
-def import_in_background(module: str) -> threading.Event:
-    """Import ``module`` in a background thread; the event is set when it is done.
+def import_in_background(*modules: str) -> threading.Event:
+    """Import ``modules``, in order, in a background thread; the event is set when all are done.
 
     For imports a dock would otherwise make on the GUI thread: torch (the model registry;
-    1 - 2.5 s) and pandas (napari imports it when the first shapes layer is made;
-    0.2 - 0.5 s). A failed import is left to the code that needs the module.
+    1 - 2.5 s), pandas (napari imports it when the first shapes layer is made; 0.2 - 0.5 s)
+    and scipy.linalg (napari imports it the first time it decomposes a layer's transform, as
+    a result layer placed on a hung view is drawn; 0.05 - 0.1 s). A failed import is left to
+    the code that needs the module.
     """
     done = threading.Event()
 
     def run() -> None:
         try:
-            importlib.import_module(module)
-        except Exception:  # reported where the module is used
-            pass
+            for module in modules:
+                try:
+                    importlib.import_module(module)
+                except Exception:  # reported where the module is used
+                    pass
         finally:
             done.set()
 

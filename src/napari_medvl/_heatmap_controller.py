@@ -106,10 +106,11 @@ class HeatmapController:
         )
 
     def shapes_work(self) -> list[threading.Event]:
-        """pandas (napari imports it for a first shapes layer) and the rank labels' glyphs,
-        made in background threads, started on the first call."""
+        """pandas and scipy.linalg (napari imports them for a first shapes layer and its
+        transform) and the rank labels' glyphs, made in background threads, started on the
+        first call."""
         if self._pandas is None or self._glyphs is None:
-            self._pandas = import_in_background("pandas")
+            self._pandas = import_in_background("pandas", "scipy.linalg")
             self._glyphs = prerender_glyphs(self.form.native, self._viewer)
         return [self._pandas, self._glyphs]
 

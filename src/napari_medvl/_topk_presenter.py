@@ -58,7 +58,8 @@ class TopKPresenter:
         self._viewer = viewer
         self.form = form
         self.controller = controller
-        self._pandas = import_in_background("pandas")  # napari's shapes layers need it
+        # napari's shapes layers need pandas, its transforms of the hung views scipy.linalg
+        self._pandas = import_in_background("pandas", "scipy.linalg")
         self._glyphs = prerender_glyphs(form.native, viewer)  # for the rank labels
         self._queued: list[LayerData] = []  # result data waiting for its turn
         self._preparing: list[LayerData] = []  # pending layers waiting for their turn

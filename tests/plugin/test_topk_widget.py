@@ -491,6 +491,24 @@ def _both_breasts_waiting(qtbot, viewer) -> list:
     return waiting
 
 
+def _on_its_view(viewer, layer) -> bool:
+    """True when a waiting layer lies on its view: an importance map (one cell of one source
+    px) maps source px as the view does; boxes and labels (one box of one source px) sit
+    inside the view."""
+    words = layer.metadata["result_name"].split()  # "TopK L box rims CC"
+    image = viewer.layers[f"{words[1]} {words[-1]}"]
+    if words[2] == "importance":
+        return all(
+            np.allclose(layer.data_to_world(p), image.data_to_world(p), atol=1e-6)
+            for p in ((0, 0), (0, 1), (1, 1))
+        )
+    height, width = image.data.shape[:2]
+    corners = [image.data_to_world(p) for p in ((-0.5, -0.5), (height - 0.5, width - 0.5))]
+    low, high = np.min(corners, axis=0) - 1e-6, np.max(corners, axis=0) + 1e-6
+    points = np.array([layer.data_to_world(v) for v in np.concatenate(layer.data)])
+    return bool(((points >= low) & (points <= high)).all())
+
+
 def _result_layers(side: str) -> list[str]:
     return [name.replace("TopK L ", f"TopK {side} ") for name in RESULT_LAYERS]
 
@@ -528,6 +546,17 @@ def test_a_second_breasts_run_fills_the_layers_that_waited_for_it(
     waiting = _both_breasts_waiting(qtbot, viewer)
     # once drawn (shaders built, glyphs rendered) they are hidden: napari skips them per frame
     qtbot.waitUntil(lambda: not any(layer.visible for layer in waiting), timeout=30_000)
+    # "Hang views" moves the views; the layers waiting on them move with them
+    corners = {side: viewer.layers[f"{side} CC"].data_to_world((0, 0)) for side in "LR"}
+    widget.hang()
+    qtbot.waitUntil(lambda: not widget._hang_runner.running, timeout=30_000)
+    assert widget._hang_runner.last_error is None, widget._hang_runner.last_error
+    assert any(
+        not np.allclose(viewer.layers[f"{side} CC"].data_to_world((0, 0)), corners[side])
+        for side in "LR"
+    )
+    # moved one per event-loop turn: every waiting layer lies on its view's source px
+    qtbot.waitUntil(lambda: all(_on_its_view(viewer, layer) for layer in waiting), timeout=10_000)
     widget.run()
     wait_for_topk(qtbot, widget)
     assert widget.runner.last_error is None, widget.runner.last_error
