@@ -3,13 +3,13 @@
 No Qt here; runs inside a thread worker. The engine's :func:`medvl_engine.mammography.topk`
 (the path ``medvl topk`` and the evaluation share) runs in the model process where it can
 (:mod:`._worker_process`; the child runs :func:`topk_here` on its own loaded models,
-:mod:`._worker_topk`): the job sends the two views' files and the VOI each is shown with, the
-child opens them with the engine and sends back the run's plain summary
+:mod:`._worker_topk`): the job sends the two views' files and the VOI each is shown with (a
+view made in memory, whose path names no file, goes as the Mammogram itself), the child opens
+them with the engine and sends back the run's plain summary
 (:class:`medvl_engine.models.topksiglip_results.TopKRunSummary`: result, breast image, views,
 model name, K), so napari's process loads no model and imports no torch. It runs here, in
-threads, when no process can be started (or ``MEDVL_MODEL_PROCESS=0``), when a view is not a
-file the child can open (a mammogram made in memory, whose path names no file), or when the
-model is loaded here already. Either way the outcome keeps the summary, never the model, and
+threads, when no process can be started (or ``MEDVL_MODEL_PROCESS=0``), or when the model is
+loaded here already. Either way the outcome keeps the summary, never the model, and
 the result layers are built here (numpy only). Models loaded here stay in a dict, so a second
 run on other views does not reload them.
 """
@@ -37,6 +37,7 @@ __all__ = [
     "preload_topk_model",
     "topk_here",
     "topk_job",
+    "view_for_child",
 ]
 
 _WORKER = "napari_medvl._worker_topk"
@@ -130,14 +131,11 @@ def topk_job(
 def _process_for(
     request: TopKRequest, models: dict[str, Any], cancel: threading.Event | None
 ) -> ModelProcess | None:
-    """The model process for ``request``, or None to run it in this process: a model loaded
-    here, or a view whose path is not a file the child can open."""
+    """The model process for ``request``, or None to run it in this process (a model loaded
+    here)."""
     loaded = models.get(request.model)
     if loaded is not None and not isinstance(loaded, LoadedElsewhere):
         return None
-    for view in (request.cc, request.mlo):
-        if not Path(str(getattr(view, "path", ""))).is_file():
-            return None
     from napari_medvl._worker_process import model_process
 
     return model_process(cancel)
@@ -149,13 +147,11 @@ def _topk_in_process(
     models: dict[str, Any],
     cancel: threading.Event | None,
 ) -> Generator[Progress, None, TopKRunSummary]:
-    """The run in the model process: the views go as their files and VOI
-    (TopKViewSource), the summary comes back."""
-    from medvl_engine.models.topksiglip_results import TopKViewSource
-
+    """The run in the model process: the views go as :func:`view_for_child` makes them, the
+    summary comes back."""
     payload = {
-        "cc": TopKViewSource.of(request.cc),
-        "mlo": TopKViewSource.of(request.mlo),
+        "cc": view_for_child(request.cc),
+        "mlo": view_for_child(request.mlo),
         "model": request.model,
         "k": request.k,
     }
@@ -166,6 +162,17 @@ def _topk_in_process(
         steps.close()  # cancels the child's job when this one is closed
     models.setdefault(request.model, LoadedElsewhere(request.model))
     return summary
+
+
+def view_for_child(mammogram: Any) -> Any:
+    """A view as the model process gets it: its file and VOI (TopKViewSource, which the child
+    reads again) when its path is a file, else the Mammogram itself (pixels float32 [H, W]
+    and what was read with them: a view made in memory)."""
+    from medvl_engine.models.topksiglip_results import TopKViewSource
+
+    if Path(str(mammogram.path)).is_file():
+        return TopKViewSource.of(mammogram)
+    return mammogram
 
 
 def topk_here(

@@ -49,12 +49,15 @@ def topk_in_child(
     payload: dict[str, Any], state: dict[str, Any], cancel: threading.Event
 ) -> Generator[Progress, None, TopKRunSummary]:
     """The child's TopK job: ``payload`` holds the views ``cc`` and ``mlo`` (TopKViewSource:
-    file and VOI), the ``model`` and ``k`` (None: the model's evaluated K)."""
-    from medvl_engine.io.mammo import open_mammogram
+    file and VOI, read here; or a Mammogram made in memory), the ``model`` and ``k`` (None:
+    the model's evaluated K)."""
+    from medvl_engine.io.mammo import Mammogram, open_mammogram
 
     yield Progress("reading views")
     cc, mlo = (
-        open_mammogram(source.path, voi_index=source.voi_index)
+        source
+        if isinstance(source, Mammogram)
+        else open_mammogram(source.path, voi_index=source.voi_index)
         for source in (payload["cc"], payload["mlo"])
     )
     models, loading = _models(state)

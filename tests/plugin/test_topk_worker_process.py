@@ -111,6 +111,45 @@ def test_the_model_process_reads_each_view_with_the_voi_napari_shows_it_with(tmp
     assert not np.array_equal(reread.pixels, open_mammogram(path).pixels)
 
 
+def test_views_made_in_memory_cross_to_the_model_process_as_they_are(
+    monkeypatch, mammo_case, tiny_topk
+):
+    import dataclasses
+    import threading
+    from pathlib import Path
+
+    from medvl_engine.io.mammo import open_mammogram
+    from medvl_engine.models.topksiglip_results import TopKViewSource
+    from napari_medvl import _topk_job, _worker_process
+    from napari_medvl._topk_job import view_for_child
+    from napari_medvl._worker_topk import topk_in_child
+
+    on_file = open_mammogram(mammo_case.cc_path)
+    assert isinstance(view_for_child(on_file), TopKViewSource)  # the child reads the file
+    in_memory = [
+        dataclasses.replace(open_mammogram(path), path=Path(f"memory/{view}"))
+        for path, view in ((mammo_case.cc_path, "CC"), (mammo_case.mlo_path, "MLO"))
+    ]
+    # the job takes the model process for them (no longer threads because of the path)
+    started = object()
+    monkeypatch.setattr(_worker_process, "model_process", lambda cancel=None: started)
+    request = TopKRequest(*in_memory, str(tiny_topk), 4)
+    assert _topk_job._process_for(request, {}, None) is started
+
+    payload = {
+        "cc": pickle.loads(pickle.dumps(view_for_child(in_memory[0]))),  # through the pipe
+        "mlo": pickle.loads(pickle.dumps(view_for_child(in_memory[1]))),
+        "model": str(tiny_topk),
+        "k": 4,
+    }
+    summary = finished(topk_in_child(payload, {}, threading.Event()))
+    here = finished(_topk_job.topk_here(request, {}, {}, None))
+    assert summary.sources() == {"CC": Path("memory/CC"), "MLO": Path("memory/MLO")}
+    for view in VIEWS:
+        np.testing.assert_array_equal(summary.boxes[view], here.boxes[view])
+        np.testing.assert_allclose(summary.scores[view], here.scores[view], rtol=1e-6)
+
+
 # run_probe appends CLOSE_AND_REPORT: the viewer is closed and the report printed
 PROBE = r"""
 import json, sys, time
