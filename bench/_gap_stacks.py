@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["GapStacks"]
+__all__ = ["GapStacks", "add_arguments", "from_arguments"]
 
 
 def _frame_name(frame) -> str:
@@ -89,3 +89,22 @@ class GapStacks:
             for stack, count in Counter(inside).most_common(stacks):
                 lines.append(f"  {count / max(len(inside), 1):4.0%}  " + " <- ".join(stack))
         return lines
+
+
+def add_arguments(parser, phase: str) -> None:
+    """``--stacks`` and ``--stacks-focus`` for a bench whose sampled phase is ``phase``."""
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help=f"print what the GUI thread did in the {phase}'s longest gaps (slows it)",
+    )
+    parser.add_argument("--stacks-focus", help="print every frame of stacks naming this")
+
+
+def from_arguments(arguments, probe) -> GapStacks | None:
+    """A GapStacks on ``probe`` when ``--stacks`` was given, else None."""
+    if not arguments.stacks:
+        return None
+    stacks = GapStacks(probe)
+    stacks.focus = arguments.stacks_focus
+    return stacks

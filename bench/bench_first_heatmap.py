@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
+import _gap_stacks as gap_stacks  # noqa: E402
 from bench_plugin_stalls import _settle, bench_viewer, write_j2k_pyramid  # noqa: E402
 
 ROUNDS = 2
@@ -375,12 +376,7 @@ def main() -> None:
         "--settings", default="sync,async", help="sync,async (the default), sync or async"
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="floor/plugin rounds")
-    parser.add_argument(
-        "--stacks",
-        action="store_true",
-        help="print what the GUI thread did in the first heatmap's longest gaps (slows it)",
-    )
-    parser.add_argument("--stacks-focus", help="print every frame of stacks naming this")
+    gap_stacks.add_arguments(parser, "first heatmap")
     arguments = parser.parse_args()
     if not set(arguments.settings.split(",")) <= {"sync", "async"}:
         parser.error(f"--settings {arguments.settings}: name sync, async or sync,async")
@@ -399,12 +395,7 @@ def main() -> None:
     async_before = settings.experimental.async_
     app = QApplication.instance() or QApplication([])
     probe = StallProbe()
-    stacks = None
-    if arguments.stacks:
-        from _gap_stacks import GapStacks
-
-        stacks = GapStacks(probe)
-        stacks.focus = arguments.stacks_focus
+    stacks = gap_stacks.from_arguments(arguments, probe)
     with tempfile.TemporaryDirectory() as scratch:
         slide_path = write_j2k_pyramid(Path(scratch) / "j2k.svs")
         slide = open_slide(slide_path)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _gap_stacks as gap_stacks  # noqa: E402
 from bench_first_heatmap import (  # noqa: E402
     FLOOR_PASSES,
     PAN_STEP_PX,
@@ -240,12 +241,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", action="store_true", help="models in napari's process")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="plugin/floor rounds")
-    parser.add_argument(
-        "--stacks",
-        action="store_true",
-        help="print what the GUI thread did in the first TopK's longest gaps (slows it)",
-    )
-    parser.add_argument("--stacks-focus", help="print every frame of stacks naming this")
+    gap_stacks.add_arguments(parser, "first TopK")
     arguments = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["MEDVL_MODEL_PROCESS"] = "0" if arguments.threads else "1"
@@ -255,12 +251,7 @@ def main() -> None:
 
     app = QApplication.instance() or QApplication([])
     probe = StallProbe()
-    stacks = None
-    if arguments.stacks:
-        from _gap_stacks import GapStacks
-
-        stacks = GapStacks(probe)
-        stacks.focus = arguments.stacks_focus
+    stacks = gap_stacks.from_arguments(arguments, probe)
     with tempfile.TemporaryDirectory() as scratch:
         paths = write_exam(Path(scratch))
         print(
