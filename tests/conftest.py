@@ -2,6 +2,8 @@
 
 Helpers that make things are fixtures returning a function; what is slow to build and never
 changed by a test (a tiny TopKSigLIP folder) is a session-scoped fixture returning its path.
+Fresh processes whose results tests only wait for run two at a time (``run_in_background``,
+``run_limited_in_background``): a module fixture starts those of its tests at once.
 Fixtures of one area live in that area's conftest.py (tests/engine, tests/engine/io,
 tests/engine/training, tests/plugin); code another process imports by name is in tests/support.
 """
@@ -158,21 +160,83 @@ def run_limited():
     return run
 
 
-@pytest.fixture
-def run_python_with_library_output():
-    """``run(code) -> CompletedProcess``: Python ``code`` in a child process (offline) whose
-    transformers / Hugging Face Hub verbosity and progress-bar settings are their defaults, so
-    a test sees what those libraries print unless our code silences them."""
+@pytest.fixture(scope="session")
+def _two_at_a_time():
+    """A pool that runs child processes two at a time (one per core of the smallest machine
+    the tests run on), shared by the background-run fixtures."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def run(code: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
-            env.pop(name, None)
-        return subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout_s
-        )
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="child-process")
+    yield pool
+    pool.shutdown(wait=True, cancel_futures=True)
 
-    return run
+
+@pytest.fixture(scope="session")
+def run_limited_in_background(_two_at_a_time):
+    """``run_limited_in_background(command, timeout_s=60, max_mb=1024, address_space_mb=3072)``
+    -> a future of what :func:`run_limited` returns for that command.
+
+    The commands run two at a time, each in its own child process under its own limits, so a
+    module whose tests each assert on one child can start all of them at once and wait for
+    each result in its test.
+    """
+
+    def submit(
+        command: Sequence[str] | str,
+        timeout_s: float = 60.0,
+        max_mb: float = 1024.0,
+        address_space_mb: float = 3072.0,
+    ):
+        return _two_at_a_time.submit(_limited_run, command, timeout_s, max_mb, address_space_mb)
+
+    return submit
+
+
+@pytest.fixture(scope="session")
+def run_in_background(_two_at_a_time):
+    """``run_in_background(argv, **options)`` -> a future of ``subprocess.run(argv,
+    **options)``, run two at a time like :func:`run_limited_in_background`: a module fixture
+    starts the fresh processes its tests assert on, each test waits for its own."""
+
+    def submit(argv: Sequence[str], **options):
+        return _two_at_a_time.submit(subprocess.run, list(argv), **options)
+
+    return submit
+
+
+def _selected_params(request: pytest.FixtureRequest, function: str, name: str) -> list:
+    values = []
+    for item in request.session.items:
+        if item.module is not request.module or getattr(item, "originalname", None) != function:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and name in callspec.params:
+            values.append(callspec.params[name])
+    return values
+
+
+@pytest.fixture(scope="session")
+def selected_params():
+    """``selected_params(request, function, name)`` -> the values of parameter ``name`` of the
+    selected items of test ``function`` in the requesting module, in collection order (what a
+    module fixture may start ahead for them)."""
+    return _selected_params
+
+
+def _library_output_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **extra}
+    for name in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def library_output_env():
+    """``library_output_env(**extra)`` -> the environment of a child process (offline, with
+    ``extra`` set) whose transformers / Hugging Face Hub verbosity and progress-bar settings
+    are their defaults, so a test sees what those libraries print unless our code silences
+    them."""
+    return _library_output_env
 
 
 # ---- tiny TopKSigLIP models: a 256 px breast image, 8x8 grid, K = 3, ConvNeXt of width 8..64

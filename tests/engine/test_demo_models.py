@@ -141,11 +141,8 @@ def test_module_entry_point_rejects_an_unknown_name() -> None:
     assert "invalid choice" in result.stderr
 
 
-@pytest.mark.parametrize("verbose", [False, True])
-def test_rebuild_loads_the_text_tower_quietly_unless_verbose(
-    verbose: bool, tmp_path: Path, run_python_with_library_output
-) -> None:
-    code = (
+def _rebuild_code(out: Path, verbose: bool) -> str:
+    return (
         "import sys, types\n"
         "from pathlib import Path\n"
         "from medvl_engine.tasks import demo_models as entry\n"
@@ -153,13 +150,41 @@ def test_rebuild_loads_the_text_tower_quietly_unless_verbose(
         "def rebuild_shipped(progress=None):\n"
         "    from medvl_engine.models._bert_text import MINILM, build_bert_model\n"
         "    build_bert_model(MINILM, {})\n"
-        f"    return Path({str(tmp_path)!r})\n"
+        f"    return Path({str(out)!r})\n"
         "module.rebuild_shipped = rebuild_shipped\n"
         "sys.modules['fake_recipe'] = module\n"
         "entry._REBUILDERS['topksiglip-demo'] = 'fake_recipe'\n"
         f"sys.exit(entry.main(['topksiglip-demo'{', ' + repr('--verbose') if verbose else ''}]))\n"
     )
-    completed = run_python_with_library_output(code)
+
+
+REBUILD_TEST = "test_rebuild_loads_the_text_tower_quietly_unless_verbose"
+
+
+@pytest.fixture(scope="module")
+def rebuilds(tmp_path_factory, run_in_background, selected_params, library_output_env, request):
+    """``rebuilds(verbose)`` -> (the finished fresh process that rebuilt with a stand-in recipe
+    loading the MiniLM tower, transformers' output settings at their defaults; its folder).
+    The first call starts the processes of every selected case together (two at a time)."""
+    env = library_output_env()
+    started: dict[bool, tuple] = {}
+
+    def result(verbose: bool) -> tuple[subprocess.CompletedProcess, Path]:
+        for case in [verbose, *selected_params(request, REBUILD_TEST, "verbose")]:
+            if case not in started:
+                out = tmp_path_factory.mktemp("rebuilt")
+                command = [sys.executable, "-c", _rebuild_code(out, case)]
+                options = dict(capture_output=True, text=True, env=env, timeout=300)
+                started[case] = (run_in_background(command, **options), out)
+        future, out = started[verbose]
+        return future.result(), out
+
+    return result
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_rebuild_loads_the_text_tower_quietly_unless_verbose(verbose: bool, rebuilds) -> None:
+    completed, out = rebuilds(verbose)
     assert completed.returncode == 0, completed.stderr
-    assert f"topksiglip-demo: wrote {tmp_path}" in completed.stdout
+    assert f"topksiglip-demo: wrote {out}" in completed.stdout
     assert ("LOAD REPORT" in completed.stderr) == verbose, completed.stderr

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ENGINE = Path(__file__).resolve().parents[2] / "src" / "medvl_engine"
 
@@ -43,15 +44,33 @@ print("errors:", errors)
 """
 
 
-def test_two_models_load_at_once_in_a_fresh_process():
+ONLY_ASKED_FOR = (
+    "import sys\n"
+    "import medvl_engine.common.hf_classes\n"
+    "print('transformers' in sys.modules)\n"
+    "from medvl_engine.common.hf_classes import ConvNextModel\n"
+    "print(ConvNextModel.__name__)\n"
+    "names = [m.split('.') for m in sys.modules]\n"
+    "print(sorted(n[2] for n in names if len(n) == 4 and n[:2] == ['transformers', 'models']\n"
+    "             and n[3] == 'modeling_' + n[2]))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fresh_processes(run_in_background) -> dict:
+    """The two fresh processes of this module's tests, started together: name -> future."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", CONCURRENT_LOADS],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    options = dict(capture_output=True, text=True, timeout=300)
+    return {
+        "concurrent": run_in_background(
+            [sys.executable, "-c", CONCURRENT_LOADS], env=env, **options
+        ),
+        "only_asked_for": run_in_background([sys.executable, "-c", ONLY_ASKED_FOR], **options),
+    }
+
+
+def test_two_models_load_at_once_in_a_fresh_process(fresh_processes):
+    done = fresh_processes["concurrent"].result()
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "errors: []", done.stdout + done.stderr
     assert "LOAD REPORT" not in done.stdout + done.stderr
@@ -87,22 +106,11 @@ def test_the_engine_imports_transformers_classes_from_one_module():
     assert offenders == [], f"import these from medvl_engine.common.hf_classes: {offenders}"
 
 
-def test_only_the_classes_asked_for_are_imported():
+def test_only_the_classes_asked_for_are_imported(fresh_processes):
     """Importing the module imports no transformers; asking for ConvNextModel imports the
     ConvNeXt family's modelling code and not BERT's or CLIP's (each costs tenths of a second)."""
-    script = (
-        "import sys\n"
-        "import medvl_engine.common.hf_classes\n"
-        "print('transformers' in sys.modules)\n"
-        "from medvl_engine.common.hf_classes import ConvNextModel\n"
-        "print(ConvNextModel.__name__)\n"
-        "names = [m.split('.') for m in sys.modules]\n"
-        "print(sorted(n[2] for n in names if len(n) == 4 and n[:2] == ['transformers', 'models']\n"
-        "             and n[3] == 'modeling_' + n[2]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
-    )
+    done = fresh_processes["only_asked_for"].result()
+    assert done.returncode == 0, done.stderr
     imported, name, families = done.stdout.split("\n")[:3]
     assert (imported, name) == ("False", "ConvNextModel"), done.stdout
     assert "'convnext'" in families, families

@@ -62,29 +62,11 @@ def test_engine_never_imports_the_viewer_side():
     assert {file: names for file, names in offenders.items() if names} == {}
 
 
-def test_every_engine_package_names_its_public_api_and_each_name_resolves():
-    packages = sorted(
+def _engine_packages() -> list[str]:
+    return sorted(
         ".".join(("medvl_engine", *init.parent.relative_to(ENGINE).parts))
         for init in ENGINE.rglob("__init__.py")
     )
-    assert "medvl_engine.models" in packages and "medvl_engine.training" in packages
-    probe = (
-        "import importlib, json\n"
-        f"missing = {{}}\nfor name in {packages!r}:\n"
-        "    module = importlib.import_module(name)\n"
-        "    exported = getattr(module, '__all__', None)\n"
-        "    if exported is None:\n"
-        "        missing[name] = 'no __all__'\n"
-        "        continue\n"
-        "    bad = [n for n in exported if not hasattr(module, n)]\n"
-        "    if bad:\n"
-        "        missing[name] = bad\n"
-        "print(json.dumps(missing))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
-    )
-    assert json.loads(done.stdout.splitlines()[-1]) == {}
 
 
 VIEWER_PACKAGES = (
@@ -112,35 +94,78 @@ sys.meta_path.insert(0, _NoViewer())
 """
 
 
-def test_engine_imports_and_runs_without_any_viewer_package(tmp_path):
-    probe = _BLOCK_VIEWER + (
-        "import importlib, pkgutil, sys\n"
-        "import medvl_engine\n"
-        "for info in pkgutil.walk_packages(medvl_engine.__path__, 'medvl_engine.'):\n"
-        "    if not info.name.endswith('__main__'):\n"
-        "        importlib.import_module(info.name)\n"
-        "from medvl_engine.synthetic import make_mammogram_case, make_synthetic_slide\n"
-        f"slide = make_synthetic_slide({str(tmp_path / 'slide.tiff')!r}, seed=0, size=(512, 512))\n"
-        f"case = make_mammogram_case({str(tmp_path)!r}, seed=0, size=(256, 160))\n"
-        "from medvl_engine.cli.main import main\n"
-        "status = main(['info', '--json', str(slide.path), str(case.cc_path)])\n"
-        "blocked = sorted(n for n in sys.modules if n.split('.')[0] in "
-        f"{VIEWER_PACKAGES!r})\n"
-        "print('loaded viewer modules:', blocked)\n"
-        "sys.exit(status)\n"
+# One fresh process, where no viewer package can be imported, serves two tests: first it imports
+# every engine package alone and checks its __all__ (before the other modules are imported, as
+# their import would set attributes on their packages); then it imports every engine module and
+# runs `medvl info` on a synthetic slide and mammogram.
+_PUBLIC_NAMES = """
+import importlib, json
+missing = {{}}
+for name in {packages!r}:
+    module = importlib.import_module(name)
+    exported = getattr(module, '__all__', None)
+    if exported is None:
+        missing[name] = 'no __all__'
+        continue
+    bad = [n for n in exported if not hasattr(module, n)]
+    if bad:
+        missing[name] = bad
+print('missing public names:' + json.dumps(missing))
+"""
+
+
+@pytest.fixture(scope="module")
+def engine_probe(tmp_path_factory) -> subprocess.CompletedProcess:
+    folder = tmp_path_factory.mktemp("engine-probe")
+    probe = (
+        _BLOCK_VIEWER
+        + _PUBLIC_NAMES.format(packages=_engine_packages())
+        + (
+            "import importlib, pkgutil, sys\n"
+            "import medvl_engine\n"
+            "for info in pkgutil.walk_packages(medvl_engine.__path__, 'medvl_engine.'):\n"
+            "    if not info.name.endswith('__main__'):\n"
+            "        importlib.import_module(info.name)\n"
+            "from medvl_engine.synthetic import make_mammogram_case, make_synthetic_slide\n"
+            f"slide = make_synthetic_slide({str(folder / 'slide.tiff')!r}, seed=0, "
+            "size=(512, 512))\n"
+            f"case = make_mammogram_case({str(folder)!r}, seed=0, size=(256, 160))\n"
+            "from medvl_engine.cli.main import main\n"
+            "status = main(['info', '--json', str(slide.path), str(case.cc_path)])\n"
+            "blocked = sorted(n for n in sys.modules if n.split('.')[0] in "
+            f"{VIEWER_PACKAGES!r})\n"
+            "print('loaded viewer modules:', blocked)\n"
+            "sys.exit(status)\n"
+        )
     )
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "MEDVL_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run(
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "MEDVL_CACHE": str(folder / "cache")}
+    return subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
         text=True,
         timeout=600,
         env=environment,
     )
+
+
+def test_engine_imports_and_runs_without_any_viewer_package(engine_probe):
+    done = engine_probe
     assert done.returncode == 0, done.stderr[-3000:]
-    described = json.loads(done.stdout[: done.stdout.rindex("loaded viewer modules:")])
+    start = done.stdout.index("missing public names:")
+    start = done.stdout.index("\n", start) + 1
+    described = json.loads(done.stdout[start : done.stdout.rindex("loaded viewer modules:")])
     assert [entry["kind"] for entry in described] == ["slide", "mammogram"]
     assert "loaded viewer modules: []" in done.stdout
+
+
+def test_every_engine_package_names_its_public_api_and_each_name_resolves(engine_probe):
+    assert "medvl_engine.models" in _engine_packages()
+    assert "medvl_engine.training" in _engine_packages()
+    done = engine_probe
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("missing public names:")]
+    assert lines, done.stderr[-3000:]
+    (line,) = lines
+    assert json.loads(line.removeprefix("missing public names:")) == {}
 
 
 def test_the_plugin_reaches_the_engine_through_its_api_not_the_command_line():

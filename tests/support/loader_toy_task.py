@@ -75,26 +75,36 @@ class LoaderToyTask(ToySamples):
 
 
 def ddp_loader_worker(
-    rank: int, world_size: int, port: int, out_dir: str, result_dir: str, num_workers: int
+    rank: int,
+    world_size: int,
+    port: int,
+    out_root: str,
+    result_dir: str,
+    worker_counts: tuple[int, ...],
 ) -> None:
-    """One gloo rank training the loader toy task with ``num_workers`` DataLoader workers per
-    rank; writes its losses and the pids that loaded its batches to result_dir."""
+    """One gloo rank training the loader toy task once for each number of DataLoader workers
+    per rank in ``worker_counts``, one run after the other in one process group; each run
+    writes its losses and the pids that loaded its batches to
+    ``result_dir/workers{n}-rank{rank}.json`` (its checkpoints to ``out_root/ddp{n}``)."""
     import json
 
     from medvl_engine.training import RunConfig, train
 
     join_group(rank, port, world_size)
-    config = RunConfig(
-        lr=1e-2,
-        epochs=2,
-        out_dir=out_dir,
-        progress=False,
-        seed=3,
-        device="cpu",
-        num_workers=num_workers,
-    )
-    task = LoaderToyTask(LoaderToyConfig())
-    summary = train(task, config)
-    with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as stream:
-        json.dump({"losses": summary["losses"], "pids": sorted(task.loader_pids)}, stream)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    for num_workers in worker_counts:
+        config = RunConfig(
+            lr=1e-2,
+            epochs=2,
+            out_dir=os.path.join(out_root, f"ddp{num_workers}"),
+            progress=False,
+            seed=3,
+            device="cpu",
+            num_workers=num_workers,
+        )
+        task = LoaderToyTask(LoaderToyConfig())
+        summary = train(task, config)  # joins the group above, which it leaves in place
+        result = os.path.join(result_dir, f"workers{num_workers}-rank{rank}.json")
+        with open(result, "w") as stream:
+            json.dump({"losses": summary["losses"], "pids": sorted(task.loader_pids)}, stream)
     os._exit(0)  # leave at once: nothing is left to clean up once the results are written

@@ -1,7 +1,8 @@
 """A small regression task that exercises the shared training loop without any model zoo.
 
-A module, not a fixture: ``ddp_worker`` runs in ranks started by torch.multiprocessing, which
-import it (and the task) by name.
+A module, not a fixture: ``ddp_worker`` and ``ddp_eval_worker`` run in ranks started by
+torch.multiprocessing, which import it (and the task) by name; it imports no model zoo, so the
+ranks start quickly.
 """
 
 from __future__ import annotations
@@ -92,3 +93,54 @@ def ddp_worker(rank: int, world_size: int, port: int, out_dir: str, result_dir: 
     summary = train(ToyTask(ToyConfig(dropout=0.0)), config)
     with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as stream:
         json.dump({"losses": summary["losses"], "steps": summary["steps"]}, stream)
+
+
+class ShardedToyTask(ToyTask):
+    """The toy task with an evaluation split over ranks (squared errors per eval item)."""
+
+    def evaluate_shard(self, model: nn.Module, rank: int, world_size: int) -> dict:
+        owned = sorted(set(shard_indices(self.config.samples, rank, world_size)))
+        prediction = model(self.inputs[owned].reshape(-1, self.config.dim)).reshape(len(owned), -1)
+        errors = ((prediction - self.targets[owned]) ** 2).sum(dim=1)
+        return {"rank": rank, "errors": dict(zip(owned, errors.tolist(), strict=True))}
+
+    def merge_evaluation(self, parts: list[dict]) -> dict[str, float]:
+        errors: dict[int, float] = {}
+        for part in parts:
+            errors.update(part["errors"])
+        if sorted(errors) != list(range(self.config.samples)):
+            raise AssertionError("the shards do not cover the eval set exactly once")
+        mse = sum(errors.values()) / (self.config.samples * self.inputs.shape[1])
+        self.shard_ranks = [part["rank"] for part in parts]
+        return {"val_mse": mse, "neg_mse": -mse}
+
+
+def ddp_eval_worker(rank: int, port: int, out_dir: str, result_dir: str) -> None:
+    """One of 2 gloo ranks training :class:`ShardedToyTask` (evaluation split over the ranks);
+    writes its losses, steps, evaluations and the ranks whose shards it merged to result_dir."""
+    from pathlib import Path
+
+    from medvl_engine.training import RunConfig, train
+    from tests.support.gloo import join_group, leave
+
+    join_group(rank, port)
+    config = RunConfig(
+        lr=1e-2,
+        epochs=2,
+        out_dir=out_dir,
+        progress=False,
+        seed=3,
+        device="cpu",
+        dist_timeout_minutes=5,
+    )
+    task = ShardedToyTask(ToyConfig(dropout=0.0))
+    summary = train(task, config)
+    leave(
+        Path(result_dir, f"rank{rank}.json"),
+        {
+            "evaluations": summary["evaluations"],
+            "shard_ranks": task.shard_ranks,
+            "losses": summary["losses"],
+            "steps": summary["steps"],
+        },
+    )

@@ -231,16 +231,21 @@ def _write_trident_h5(path: Path, features: np.ndarray, coords: np.ndarray, **at
             handle["coords"].attrs[key] = value
 
 
-def _demo_store(slide_path: Path, tmp_path: Path) -> FeatureStore:
-    assert main(["features", str(slide_path), "--out", str(tmp_path / "ref")]) == 0
-    (store,) = (tmp_path / "ref").glob("*.zarr")
+@pytest.fixture(scope="module")
+def demo_reference(demo_slide, tmp_path_factory) -> FeatureStore:
+    """The store `medvl features` writes for the demo slide (the tests only read it)."""
+    folder = tmp_path_factory.mktemp("ref")
+    assert main(["features", str(demo_slide), "--out", str(folder)]) == 0
+    (store,) = folder.glob("*.zarr")
     return FeatureStore.open(store)
 
 
-def test_heatmap_takes_a_trident_h5_and_imports_it_once(demo_slide, tmp_path, capsys):
+def test_heatmap_takes_a_trident_h5_and_imports_it_once(
+    demo_slide, demo_reference, tmp_path, capsys
+):
     from medvl_engine.common.cache import cache_dir
 
-    reference = _demo_store(demo_slide, tmp_path)
+    reference = demo_reference
     h5_path = tmp_path / "trident" / "case7.h5"
     h5_path.parent.mkdir()
     _write_trident_h5(
@@ -273,8 +278,10 @@ def test_heatmap_takes_a_trident_h5_and_imports_it_once(demo_slide, tmp_path, ca
     assert stored.slide_fingerprint == slide_fingerprint(demo_slide)
 
 
-def test_an_h5_without_patch_size_names_the_attribute_and_the_option(demo_slide, tmp_path, capsys):
-    reference = _demo_store(demo_slide, tmp_path)
+def test_an_h5_without_patch_size_names_the_attribute_and_the_option(
+    demo_slide, demo_reference, tmp_path, capsys
+):
+    reference = demo_reference
     h5_path = tmp_path / "bare.h5"
     _write_trident_h5(h5_path, reference.features, reference.coords)
     argv = ["classify", str(demo_slide), "--features", str(h5_path), "--classes", "tumor", "fat"]
@@ -286,8 +293,8 @@ def test_an_h5_without_patch_size_names_the_attribute_and_the_option(demo_slide,
     assert main([*argv, "--patch-size-level0", str(reference.patch_size_level0), "--json"]) == 0
 
 
-def test_clam_pt_with_coordinates_from_h5_files(demo_slide, tmp_path, capsys):
-    reference = _demo_store(demo_slide, tmp_path)
+def test_clam_pt_with_coordinates_from_h5_files(demo_slide, demo_reference, tmp_path, capsys):
+    reference = demo_reference
     (tmp_path / "clam" / "pt_files").mkdir(parents=True)
     (tmp_path / "clam" / "h5_files").mkdir()
     pt_path = tmp_path / "clam" / "pt_files" / "case7.pt"
@@ -385,20 +392,38 @@ _FIRST_CALL = textwrap.dedent(
 )
 
 
+def _start(code: str, *args: str) -> subprocess.Popen:
+    """A fresh Python process running ``code`` with ``args`` (stdout dropped, stderr kept)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finished(process: subprocess.Popen) -> int:
+    """Wait for ``process`` (at most 300 s); its exit status."""
+    try:
+        _, stderr = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    assert process.returncode in (0, 3), stderr[-2000:]
+    return process.returncode
+
+
 def test_demo_encoder_gives_the_same_bits_from_its_first_call(tmp_path, demo_encoder):
     demo_encoder()
-    results = []
-    for threads in (1, 2):
-        out = tmp_path / f"t{threads}.npy"
-        done = subprocess.run(
-            [sys.executable, "-c", _FIRST_CALL, str(threads), str(out)],
-            env=dict(os.environ),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        results.append(np.load(out))
+    outputs = [tmp_path / f"t{threads}.npy" for threads in (1, 2)]
+    # the two processes (1 and 2 threads) run at the same time
+    processes = [
+        _start(_FIRST_CALL, str(t), str(out)) for t, out in zip((1, 2), outputs, strict=True)
+    ]
+    assert [_finished(process) for process in processes] == [0, 0]
+    results = [np.load(out) for out in outputs]
     first, again, alone = results[1]
     np.testing.assert_array_equal(first, again)  # first call in a process == later calls
     np.testing.assert_array_equal(first, alone)  # alone == in a batch
@@ -430,24 +455,19 @@ _RESUME = textwrap.dedent(
 
 
 def test_a_features_run_cancelled_and_resumed_in_new_processes_is_bitwise_equal(
-    demo_slide, tmp_path
+    demo_slide, tmp_path, demo_encoder
 ):
-    def run(mode: str, out: Path) -> int:
-        done = subprocess.run(
-            [sys.executable, "-c", _RESUME, mode, str(demo_slide), str(out)],
-            env=dict(os.environ),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode in (0, 3), done.stderr[-2000:]
-        return done.returncode
+    def start(mode: str, out: Path) -> subprocess.Popen:
+        return _start(_RESUME, mode, str(demo_slide), str(out))
 
-    assert run("full", tmp_path / "full.zarr") == 0
-    assert run("half", tmp_path / "run.zarr") == 3
+    half = start("half", tmp_path / "run.zarr")
+    # meanwhile the uninterrupted run, here, with the same settings
+    with open_slide(demo_slide) as slide:
+        slide_features(slide, demo_encoder(), tmp_path / "full.zarr", batch_size=8)
+    assert _finished(half) == 3
     with pytest.raises(DataError, match="incomplete"):
         FeatureStore.open(tmp_path / "run.zarr")
-    assert run("full", tmp_path / "run.zarr") == 0
+    assert _finished(start("full", tmp_path / "run.zarr")) == 0
     full = FeatureStore.open(tmp_path / "full.zarr")
     resumed = FeatureStore.open(tmp_path / "run.zarr")
     assert full.n_patches >= 16  # the resumed run starts after two batches of 8
@@ -486,11 +506,11 @@ def _finish(job):
 
 
 def test_plugin_heatmap_job_takes_an_h5_and_refuses_another_slides_store(
-    demo_slide, twins, tmp_path, demo_encoder
+    demo_slide, demo_reference, twins, tmp_path, demo_encoder
 ):
     from napari_medvl._heatmap_job import FeatureCache, HeatmapRequest, heatmap_job
 
-    reference = _demo_store(demo_slide, tmp_path)
+    reference = demo_reference
     h5_path = tmp_path / "case7.h5"
     _write_trident_h5(
         h5_path, reference.features, reference.coords, patch_size_level0=224, patch_size=224

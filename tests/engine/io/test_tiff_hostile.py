@@ -1,8 +1,8 @@
 """Hostile slide files end in bounded memory, with exit status 2 and one sentence.
 
 Every file is opened in a child process under an address-space limit and a timeout
-(the ``run_limited`` fixture), so a decompression bomb or an endless loop fails the test
-instead of taking the machine down.
+(the ``run_limited`` fixture; two at a time with ``run_limited_in_background``), so a
+decompression bomb or an endless loop fails the test instead of taking the machine down.
 """
 
 from __future__ import annotations
@@ -186,19 +186,57 @@ def _assert_refused(result, path: Path, phrase: str) -> None:
     assert "Traceback" not in stderr
 
 
+def _command(kind: str, path: Path, out: Path) -> list[str]:
+    if kind == "api":
+        return [sys.executable, "-c", API_PROBE, str(path)]
+    if kind == "info":
+        return [*MEDVL, "info", str(path)]
+    argv = [*MEDVL, "heatmap", str(path), "--model", "medvl-demo", "--prompt", "tumor"]
+    return [*argv, "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def refusals(hostile, tmp_path_factory, run_limited_in_background, selected_params, request):
+    """``refusals(kind, name)`` -> (run_limited result, heatmap output path) of one hostile file
+    opened by one kind of child ("api", "info" or "heatmap"), each in its own child process.
+
+    On the first request of a kind, the children of every selected test of that kind start,
+    two at a time; each test then waits for its own.
+    """
+    started: dict[tuple[str, str], tuple] = {}
+    outputs = tmp_path_factory.mktemp("heatmap-out")
+
+    def result(kind: str, name: str):
+        _case(hostile, name)  # skips a case whose file needs the sample data
+        if (kind, name) not in started:
+            wanted = selected_params(request, f"test_{kind}_refuses_hostile_file", "name")
+            for other in [name, *wanted]:
+                if other in hostile and (kind, other) not in started:
+                    out = outputs / f"{kind}-{CASES.index(other)}.png"
+                    command = _command(kind, hostile[other][0], out)
+                    started[kind, other] = (
+                        run_limited_in_background(command, TIME_LIMIT_S),
+                        out,
+                    )
+        future, out = started[kind, name]
+        return future.result(), out
+
+    return result
+
+
 @pytest.mark.parametrize("name", CASES)
-def test_api_refuses_hostile_file(hostile, run_limited, name):
+def test_api_refuses_hostile_file(hostile, refusals, name):
     path, phrase = _case(hostile, name)
-    result = run_limited([sys.executable, "-c", API_PROBE, str(path)], TIME_LIMIT_S)
+    result, _ = refusals("api", name)
     _assert_refused(result, path, phrase)
     # the sentence is the error's whole text (libraries may log above it)
     assert phrase in result[2].strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_info_refuses_hostile_file(hostile, run_limited, name):
+def test_info_refuses_hostile_file(hostile, refusals, name):
     path, phrase = _case(hostile, name)
-    result = run_limited([*MEDVL, "info", str(path)], TIME_LIMIT_S)
+    result, _ = refusals("info", name)
     _assert_refused(result, path, phrase)
     assert result[2].strip().count("\n") == 0, "one line on stderr"
 
@@ -211,11 +249,9 @@ def test_info_as_slide_refuses_huge_grayscale_strip_tiff(hostile, run_limited):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_heatmap_refuses_hostile_file(hostile, run_limited, name, tmp_path):
+def test_heatmap_refuses_hostile_file(hostile, refusals, name):
     path, phrase = _case(hostile, name)
-    out = tmp_path / "x.png"
-    argv = [*MEDVL, "heatmap", str(path), "--model", "medvl-demo", "--prompt", "tumor"]
-    result = run_limited([*argv, "--out", str(out)], TIME_LIMIT_S)
+    result, out = refusals("heatmap", name)
     _assert_refused(result, path, phrase)
     assert not out.exists()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -38,19 +37,22 @@ def _digests(folder: Path) -> dict[str, str]:
     }
 
 
-def _build(folder: Path, threads: int) -> dict[str, str]:
+def _start_build(run_in_background, folder: Path, threads: int):
     env = dict(os.environ)
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)
-    subprocess.run(
-        [sys.executable, "-c", BUILD, str(folder), str(threads)], check=True, env=env, timeout=300
-    )
-    return _digests(folder)
+    command = [sys.executable, "-c", BUILD, str(folder), str(threads)]
+    return run_in_background(command, check=True, env=env, timeout=300)
 
 
-def test_cohort_bytes_do_not_depend_on_thread_counts(tmp_path):
-    one = _build(tmp_path / "one", 1)
-    two = _build(tmp_path / "two", 2)
+def test_cohort_bytes_do_not_depend_on_thread_counts(tmp_path, run_in_background):
+    # the two builds (1 and 2 threads) run at the same time
+    builds = [
+        _start_build(run_in_background, tmp_path / name, t) for name, t in (("one", 1), ("two", 2))
+    ]
+    for build in builds:
+        build.result()
+    one, two = _digests(tmp_path / "one"), _digests(tmp_path / "two")
     # two DICOM views, two PNGs, the decoded image and its boxes per breast, and the manifest
     assert len(one) == 6 * 6 + 1
     # the manifest holds absolute paths, so compare it with the folder name taken out

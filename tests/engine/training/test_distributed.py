@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -12,7 +13,12 @@ from medvl_engine.training import RunConfig, load_checkpoint, train
 from tests.support.toy_task import ToyConfig, ToyTask, ddp_worker
 
 
+@pytest.mark.slow  # the same run with a sharded evaluation is in the default tier
 def test_two_gloo_ranks_match_one_process_with_two_step_accumulation(tmp_path, free_port):
+    """The toy task (evaluated on rank 0 alone) on 2 gloo ranks trains like one process with
+    grad_accum=2. The default tier covers the same property with the sharded-evaluation toy
+    task: test_distributed_gather.py::test_evaluation_on_both_ranks_equals_the_single_process_metric
+    (same steps, losses, weights and per-rank random states)."""
     results = tmp_path / "results"
     results.mkdir()
     mp.spawn(
@@ -50,18 +56,18 @@ def test_two_gloo_ranks_with_dataloader_workers_match_ranks_loading_in_process(
 ):
     from tests.support.loader_toy_task import ddp_loader_worker
 
-    results = {}
-    for workers in (0, 1):
-        folder = tmp_path / f"results{workers}"
-        folder.mkdir()
-        mp.spawn(
-            ddp_loader_worker,
-            args=(2, free_port(), str(tmp_path / f"ddp{workers}"), str(folder), workers),
-            nprocs=2,
-            join=True,
-        )
-        results[workers] = [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)]
-    in_process, in_workers = results[0], results[1]
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(  # each rank loads in process, then with one worker, in the same process group
+        ddp_loader_worker,
+        args=(2, free_port(), str(tmp_path), str(results), (0, 1)),
+        nprocs=2,
+        join=True,
+    )
+    in_process, in_workers = (
+        [json.loads((results / f"workers{workers}-rank{r}.json").read_text()) for r in (0, 1)]
+        for workers in (0, 1)
+    )
     assert len(in_process[0]["losses"]) == 12  # 12 items / 2 ranks, 2 epochs
     assert in_workers[0]["losses"] == in_process[0]["losses"]  # bit-identical
     assert in_workers[1]["losses"] == in_process[1]["losses"]

@@ -1,4 +1,5 @@
-"""Gathered losses and sharded evaluation with 2 gloo ranks equal one process on the full batch."""
+"""Gathered losses and sharded evaluation with 2 gloo ranks equal one process on the full batch;
+the ranks train like one process with gradient accumulation."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from torch import nn
 from medvl_engine.errors import ConfigError
 from medvl_engine.tasks.topksiglip.config import TopKSigLIPTaskConfig
 from medvl_engine.tasks.topksiglip.training_task import alignment_loss
-from medvl_engine.training import RunConfig, train
+from medvl_engine.training import RunConfig, load_checkpoint, train
 from medvl_engine.training import distributed as distributed_module
-from medvl_engine.training.distributed import gather_objects, gather_with_grad, shard_indices
+from medvl_engine.training.distributed import gather_objects, gather_with_grad
 from tests.support.gloo import WORLD, join_group, leave
-from tests.support.toy_task import ToyConfig, ToyTask
+from tests.support.toy_task import ToyConfig, ToyTask, ddp_eval_worker
 
 PER_RANK = 3  # rank 1 holds one row fewer: unequal shards are gathered too
 OBJECTIVES = [("sigmoid", "tabular"), ("sigmoid", "identity"), ("contrastive", "identity")]
@@ -138,51 +139,12 @@ def test_single_process_gather_is_the_identity():
     assert gather_objects(5) == [5]
 
 
-class ShardedToyTask(ToyTask):
-    """The toy task with an evaluation split over ranks (squared errors per eval item)."""
-
-    def evaluate_shard(self, model: nn.Module, rank: int, world_size: int) -> dict:
-        owned = sorted(set(shard_indices(self.config.samples, rank, world_size)))
-        prediction = model(self.inputs[owned].reshape(-1, self.config.dim)).reshape(len(owned), -1)
-        errors = ((prediction - self.targets[owned]) ** 2).sum(dim=1)
-        return {"rank": rank, "errors": dict(zip(owned, errors.tolist(), strict=True))}
-
-    def merge_evaluation(self, parts: list[dict]) -> dict[str, float]:
-        errors: dict[int, float] = {}
-        for part in parts:
-            errors.update(part["errors"])
-        if sorted(errors) != list(range(self.config.samples)):
-            raise AssertionError("the shards do not cover the eval set exactly once")
-        mse = sum(errors.values()) / (self.config.samples * self.inputs.shape[1])
-        self.shard_ranks = [part["rank"] for part in parts]
-        return {"val_mse": mse, "neg_mse": -mse}
-
-
-def _eval_worker(rank: int, port: int, out_dir: str, result_dir: str) -> None:
-    join_group(rank, port)
-    config = RunConfig(
-        lr=1e-2,
-        epochs=2,
-        out_dir=out_dir,
-        progress=False,
-        seed=3,
-        device="cpu",
-        dist_timeout_minutes=5,
-    )
-    task = ShardedToyTask(ToyConfig(dropout=0.0))
-    summary = train(task, config)
-    leave(
-        Path(result_dir, f"rank{rank}.json"),
-        {"evaluations": summary["evaluations"], "shard_ranks": task.shard_ranks},
-    )
-
-
 def test_evaluation_on_both_ranks_equals_the_single_process_metric(
     tmp_path, spawn_ranks, free_port
 ):
     results = tmp_path / "results"
     results.mkdir()
-    spawn_ranks(_eval_worker, (free_port(), str(tmp_path / "ddp"), str(results)))
+    spawn_ranks(ddp_eval_worker, (free_port(), str(tmp_path / "ddp"), str(results)))
     rank0 = json.loads((results / "rank0.json").read_text())
     rank1 = json.loads((results / "rank1.json").read_text())
     assert rank0["shard_ranks"] == rank1["shard_ranks"] == [0, 1]  # both ranks evaluated
@@ -207,6 +169,18 @@ def test_evaluation_on_both_ranks_equals_the_single_process_metric(
     assert [record["val_mse"] for record in logged] == [
         record["val_mse"] for record in rank0["evaluations"]
     ]
+    # and the ranks train like that process: the same steps, losses and weights
+    assert rank0["steps"] == rank1["steps"] == single["steps"] == 12  # 12 slides, 2 epochs
+    assert rank0["losses"] == rank1["losses"]  # the logged loss is averaged over ranks
+    torch.testing.assert_close(
+        torch.tensor(rank0["losses"]), torch.tensor(single["losses"]), rtol=1e-5, atol=1e-6
+    )
+    ddp_checkpoint = load_checkpoint(tmp_path / "ddp" / "checkpoint.pt")
+    one_weights = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["model"]
+    assert not any(key.startswith("module.") for key in ddp_checkpoint["model"])  # unwrapped
+    for key, value in one_weights.items():
+        torch.testing.assert_close(ddp_checkpoint["model"][key], value, rtol=1e-4, atol=1e-5)
+    assert len(ddp_checkpoint["rng"]) == 2  # one random state per rank
 
 
 def test_process_group_timeout_comes_from_the_run_config(monkeypatch):

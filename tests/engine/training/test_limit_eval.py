@@ -79,7 +79,10 @@ def test_one_process_evaluation_keeps_the_zero_shot_figure_of_the_report(cohort)
     assert 0.0 <= metrics["val_retrieval_top1"] <= 1.0 and np.isfinite(metrics["val_loss"])
 
 
-def _shard_worker(rank: int, port: int, root: str, manifest: str, result_dir: str) -> None:
+def _worker(rank: int, port: int, root: str, manifest: str, out_dir: str, result_dir: str):
+    """One of 2 gloo ranks: first the validation shards of the untrained model, gathered and
+    merged; then a 2-step training run in the same group, which evaluates as it trains."""
+    from medvl_engine.training import train
     from medvl_engine.training.distributed import gather_objects
 
     join_group(rank, port)
@@ -88,34 +91,9 @@ def _shard_worker(rank: int, port: int, root: str, manifest: str, result_dir: st
     model = _model(task)
     with torch.no_grad():
         part = task.evaluate_shard(model, rank, WORLD)
-    parts = gather_objects(part)
-    metrics = task.merge_evaluation(parts)
-    leave(
-        Path(result_dir, f"rank{rank}.json"),
-        {"metrics": metrics, "slides": [index for index, _ in part["rows"]]},
-    )
+    merged = task.merge_evaluation(gather_objects(part))
+    shards = {"metrics": merged, "slides": [index for index, _ in part["rows"]]}
 
-
-def test_two_gloo_ranks_give_the_metrics_of_one_process(cohort, tmp_path, spawn_ranks, free_port):
-    root, manifest = cohort
-    results = tmp_path / "results"
-    results.mkdir()
-    spawn_ranks(_shard_worker, (free_port(), str(root), str(manifest), str(results)))
-    ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(WORLD)]
-    assert ranks[0]["slides"] == [0, 2, 4, 6] and ranks[1]["slides"] == [1, 3, 5]
-    assert ranks[0]["metrics"] == ranks[1]["metrics"]  # every rank merged every part
-    task = _task(root, manifest)
-    with torch.no_grad():
-        single = task.evaluate(_model(task))
-    assert ranks[0]["metrics"].keys() == single.keys()
-    for key, value in single.items():
-        assert ranks[0]["metrics"][key] == pytest.approx(value, abs=1e-6), key
-
-
-def _train_worker(rank: int, port: int, root: str, manifest: str, out_dir: str, result_dir: str):
-    from medvl_engine.training import train
-
-    join_group(rank, port)
     task = _task(Path(root), Path(manifest))
     run = RunConfig(
         lr=1e-3,
@@ -127,24 +105,42 @@ def _train_worker(rank: int, port: int, root: str, manifest: str, out_dir: str, 
         device="cpu",
         dist_timeout_minutes=5,
     )
-    summary = train(task, run)
-    leave(
-        Path(result_dir, f"rank{rank}.json"),
-        {"evaluations": summary["evaluations"], "metrics": task.last_metrics},
-    )
+    summary = train(task, run)  # joins the group above, which it leaves in place
+    trained = {"evaluations": summary["evaluations"], "metrics": task.last_metrics}
+    leave(Path(result_dir, f"rank{rank}.json"), {"shards": shards, "trained": trained})
 
 
-def test_two_ranks_train_and_evaluate_the_saved_model_as_one_process(
-    cohort, tmp_path, spawn_ranks, free_port
-):
+@pytest.fixture(scope="module")
+def two_ranks(cohort, tmp_path_factory, spawn_ranks, free_port) -> tuple[list[dict], Path]:
+    """What each of 2 gloo ranks reported (the shards of the untrained model, then its own
+    training run), and the folder the run saved its model to."""
+    root, manifest = cohort
+    folder = tmp_path_factory.mktemp("two-ranks")
+    results, out_dir = folder / "results", folder / "ddp"
+    results.mkdir()
+    spawn_ranks(_worker, (free_port(), str(root), str(manifest), str(out_dir), str(results)))
+    ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    return ranks, out_dir
+
+
+def test_two_gloo_ranks_give_the_metrics_of_one_process(cohort, two_ranks):
+    root, manifest = cohort
+    ranks = [rank["shards"] for rank in two_ranks[0]]
+    assert ranks[0]["slides"] == [0, 2, 4, 6] and ranks[1]["slides"] == [1, 3, 5]
+    assert ranks[0]["metrics"] == ranks[1]["metrics"]  # every rank merged every part
+    task = _task(root, manifest)
+    with torch.no_grad():
+        single = task.evaluate(_model(task))
+    assert ranks[0]["metrics"].keys() == single.keys()
+    for key, value in single.items():
+        assert ranks[0]["metrics"][key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_two_ranks_train_and_evaluate_the_saved_model_as_one_process(cohort, two_ranks):
     from medvl_engine.models.limit import load_limit_model
 
     root, manifest = cohort
-    results, out_dir = tmp_path / "results", tmp_path / "ddp"
-    results.mkdir()
-    args = (free_port(), str(root), str(manifest), str(out_dir), str(results))
-    spawn_ranks(_train_worker, args)
-    ranks = [json.loads((results / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    ranks, out_dir = [rank["trained"] for rank in two_ranks[0]], two_ranks[1]
     assert ranks[0]["metrics"] == ranks[1]["metrics"]  # both ranks evaluated and merged
     assert ranks[1]["evaluations"] == [] and len(ranks[0]["evaluations"]) == 1
     task = _task(root, manifest)
