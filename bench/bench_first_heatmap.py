@@ -12,9 +12,9 @@ the model NOT loaded (the model process is stopped before each round, so it star
 the model and extracts the features) and pans the same path until the map is complete; then
 five new prompts are run one after another ("re-prompt display").
 Each round runs the plugin with napari's synchronous slicing (the reader gives its
-progressive levels; what ``MEDVL_SYNC_SLICING=1`` keeps) and with asynchronous slicing (the
-reader gives dask levels, decoded in napari's slicing thread; what the plugin turns on when a
-slide opens), each followed by its own floor (the shared machine drifts: every plugin phase is
+progressive levels; napari's default, which the plugin keeps) and with asynchronous slicing
+(the reader gives dask levels, decoded in napari's slicing thread; a user's opt-in in napari's
+preferences), each followed by its own floor (the shared machine drifts: every plugin phase is
 compared with the floor measured right after it). The floor always pans with bare napari's own
 default, synchronous slicing. Prints worst and p99 gaps of every phase, per setting, and the
 ratios the targets name: first heatmap worst <= 2x floor worst, p99 <= 1.5x floor p99;
@@ -373,7 +373,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", action="store_true", help="models in napari's process")
     parser.add_argument(
-        "--settings", default="sync,async", help="sync,async (the default), sync or async"
+        "--settings", default="sync,async", help="sync,async (both, the default), sync or async"
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="floor/plugin rounds")
     gap_stacks.add_arguments(parser, "first heatmap")
@@ -386,11 +386,9 @@ def main() -> None:
     from qtpy.QtWidgets import QApplication
 
     from medvl_engine.io.slide import open_slide
-    from napari_medvl._slide_display import SYNC_SWITCH
     from napari_medvl._slide_layers import slide_frame
     from napari_medvl._stall_probe import StallProbe
 
-    os.environ[SYNC_SWITCH] = "1"  # the bench sets the slicing; the reader keeps it
     settings = get_settings()
     async_before = settings.experimental.async_
     app = QApplication.instance() or QApplication([])

@@ -269,10 +269,9 @@ def main() -> None:
     from napari_medvl._heatmap_job import FeatureCache
     from napari_medvl._heatmap_overlay import PENDING_KIND
     from napari_medvl._heatmap_widget import HeatmapWidget
-    from napari_medvl._slide_display import SYNC_SWITCH, display_levels
+    from napari_medvl._slide_display import display_levels
     from napari_medvl._stall_probe import StallProbe
 
-    os.environ[SYNC_SWITCH] = "1"  # the bench sets the slicing; the reader keeps it
     settings = get_settings()
     async_before = settings.experimental.async_
     with tempfile.TemporaryDirectory() as scratch:

@@ -21,13 +21,6 @@ Two patches make a dock's first result draw without stalls on the GUI thread:
   the vertex buffers are uploaded). Builds on napari's shapes visual
   (``canvas.layer_to_visual[layer].node`` with ``shape_faces`` and ``shape_highlights``).
 
-- **Session settings** (:func:`set_for_this_session`). napari saves its settings file on every
-  change of a setting, but leaves out the values its environment variables gave
-  (``NapariSettings.env_settings``). A setting the plugin changes for the session alone is
-  recorded there, as ``NAPARI_ASYNC=1`` would be, and set with napari's save-on-change held
-  (``_save_on_change``), so the user's settings file is neither written now nor later given
-  that value. Builds on napari's settings classes (``napari.settings._base``).
-
 Each patch names the napari and vispy versions it was written for (``WRITTEN_FOR``, inclusive
 (major, minor) ranges). With any other version, or where the private state is not where the
 patch expects it, nothing is patched: napari makes glyphs at first draw and recompiles meshes on
@@ -53,8 +46,6 @@ __all__ = [
     "keep_mesh_shaders",
     "patch_applies",
     "prerender_glyphs",
-    "forget_for_this_session",
-    "set_for_this_session",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -63,7 +54,6 @@ Version = tuple[int, int]
 WRITTEN_FOR: dict[str, dict[str, tuple[Version, Version]]] = {
     "glyphs": {"napari": ((0, 6), (0, 9)), "vispy": ((0, 14), (0, 17))},
     "mesh_shaders": {"napari": ((0, 9), (0, 9)), "vispy": ((0, 17), (0, 17))},
-    "session_settings": {"napari": ((0, 5), (0, 9))},
 }
 """Patch -> package -> (oldest, newest) (major, minor) version the patch was written for."""
 
@@ -281,38 +271,3 @@ def keep_mesh_shaders(viewer: Any, layer: Any) -> bool:
         if not getattr(build, "keeps_rgba_function", False):
             mesh._build_color_transform = _reusing(build, _current_function(mesh))
     return bool(meshes)
-
-
-# --------------------------------------------------------------------------- session settings
-
-
-def set_for_this_session(settings: Any, section: str, name: str, value: Any) -> bool:
-    """Set napari setting ``section.name`` to ``value`` for this session only: not written to
-    the settings file now, and left out of napari's later saves (as a value from an
-    environment variable is). Returns False, changing nothing, where napari's settings are not
-    what this was written for. :func:`forget_for_this_session` undoes the record."""
-    if not patch_applies("session_settings"):
-        return False
-    try:
-        from_environment = settings.env_settings
-        saving = settings._save_on_change
-        group = getattr(settings, section)
-    except AttributeError:  # another napari
-        return False
-    from_environment.setdefault(section, {})[name] = value
-    settings._save_on_change = False
-    try:
-        setattr(group, name, value)
-    finally:
-        settings._save_on_change = saving
-    return True
-
-
-def forget_for_this_session(settings: Any, section: str, name: str) -> None:
-    """Drop the session-only record of ``section.name``: napari saves the user's own later
-    choice of it as usual."""
-    section_values = getattr(settings, "env_settings", {}).get(section)
-    if isinstance(section_values, dict):
-        section_values.pop(name, None)
-        if not section_values:
-            settings.env_settings.pop(section, None)

@@ -137,15 +137,11 @@ def assert_within_floor():
 
 
 @pytest.fixture
-def sync_slicing(monkeypatch):
-    """napari's synchronous slicing, whatever the user's settings say, and the plugin's opt-out
-    of turning asynchronous slicing on when a slide opens: the slide's progressive levels alone
-    keep decoding off the GUI thread."""
+def sync_slicing():
+    """napari's synchronous slicing, whatever the user's settings say: the slide's progressive
+    levels alone keep decoding off the GUI thread."""
     from napari.settings import get_settings
 
-    from napari_medvl._slide_display import SYNC_SWITCH
-
-    monkeypatch.setenv(SYNC_SWITCH, "1")
     settings = get_settings()
     before = settings.experimental.async_
     settings.experimental.async_ = False
@@ -168,16 +164,16 @@ def async_slicing():
 @pytest.fixture
 def fresh_napari_settings(tmp_path, monkeypatch):
     """What a user who never chose a slicing mode gets: napari's settings read from and saved
-    to a file of this test's own (never the user's), no slicing named in the environment, the
-    plugin's session state fresh. Returns (``make(file_text=None)``, which makes the settings
-    napari uses from then on, reading ``file_text`` as the settings file; the settings file's
-    path; the notifications the plugin showed). Call ``make`` before ``make_napari_viewer``."""
+    to a file of this test's own (never the user's), no slicing named in the environment.
+    Returns (``make(file_text=None)``, which makes the settings napari uses from then on,
+    reading ``file_text`` as the settings file; the settings file's path; the notifications
+    the plugin showed). Call ``make`` before ``make_napari_viewer``."""
     import napari.settings
     from napari.settings import NapariSettings
 
-    from napari_medvl import _notify, _slide_display
+    from napari_medvl import _notify
 
-    for name in ("NAPARI_ASYNC", "NAPARI_EXPERIMENTAL_ASYNC_", _slide_display.SYNC_SWITCH):
+    for name in ("NAPARI_ASYNC", "NAPARI_EXPERIMENTAL_ASYNC_"):
         monkeypatch.delenv(name, raising=False)
     path = tmp_path / "napari" / "settings.yaml"
 
@@ -191,6 +187,4 @@ def fresh_napari_settings(tmp_path, monkeypatch):
 
     shown: list[str] = []
     monkeypatch.setattr(_notify, "report_info", shown.append)
-    monkeypatch.setattr(_slide_display, "_said", False)
-    monkeypatch.setattr(_slide_display, "_declined", set())
     return make, path, shown

@@ -8,9 +8,9 @@ what drawing alone costs on this display (under Xvfb software OpenGL, on a machi
 other jobs share, a frame takes 40 - 100 ms on its own). It is measured before and after the
 plugin's phases, and each phase must stay within 2x the floor's worst gap and 1.5x its p99
 (conftest ``assert_within_floor``), in the slicing a user gets by default (napari's
-asynchronous slicing, which the plugin turns on as the slide opens: dask levels decoded in
-napari's slicing thread) and with ``MEDVL_SYNC_SLICING=1`` (synchronous slicing, the slide's
-progressive levels, their blocks decoded in the reader's worker): panning the slide and
+synchronous slicing, the slide's progressive levels, their blocks decoded in the reader's
+worker) and with napari's asynchronous slicing turned on by the user (dask levels decoded in
+napari's slicing thread): panning the slide and
 panning while the first heatmap is computed (Run one second after the dock binds the slide,
 the model not loaded: the model process loads it and extracts the features; in napari's own
 process the same work stalled the loop 0.5 - 0.7 s at a time); a new prompt's result display
@@ -87,7 +87,7 @@ def _floor(qtbot, viewer, camera, slide, copy, passes: int) -> list[float]:
     return floor.gaps_ms
 
 
-@pytest.mark.parametrize("slicing", ["default", "sync"])
+@pytest.mark.parametrize("slicing", ["default", "async"])
 def test_panning_a_jpeg2000_slide_and_showing_results_stay_near_naparis_floor(
     make_napari_viewer,
     qtbot,
@@ -99,25 +99,21 @@ def test_panning_a_jpeg2000_slide_and_showing_results_stay_near_naparis_floor(
     request,
     slicing,
 ):
-    """``default``: what a user who never chose gets (the plugin turns napari's asynchronous
-    slicing on as the slide opens); ``sync``: ``MEDVL_SYNC_SLICING=1``, the progressive
-    levels."""
+    """``default``: what a user who never chose gets (synchronous slicing, the progressive
+    levels); ``async``: napari's asynchronous slicing, turned on in the settings file."""
     import npe2
 
     from napari_medvl._worker_process import ENV_SWITCH, shutdown_model_process
 
-    if slicing == "sync":
-        request.getfixturevalue("sync_slicing")
-    else:
-        make_settings, _path, _shown = request.getfixturevalue("fresh_napari_settings")
-        make_settings()
+    make_settings, _path, _shown = request.getfixturevalue("fresh_napari_settings")
+    make_settings("experimental:\n  async_: true\n" if slicing == "async" else None)
     monkeypatch.setenv(ENV_SWITCH, "1")  # the model process, as napari runs the dock
     path = _j2k_pyramid(tmp_path / "j2k.svs")
     viewer = make_napari_viewer(show=True)
     npe2.PluginManager.instance().discover()
     layer = viewer.open(str(path), plugin="napari-medvl")[0]
     assert len(layer.data) == 3
-    if slicing == "sync":
+    if slicing == "default":
         assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
     else:  # napari decodes the dask levels in its slicing thread
         assert all(type(level).__module__.startswith("dask") for level in layer.data)

@@ -127,59 +127,40 @@ def _saved(path) -> dict:
     return yaml.safe_load(path.read_text()) if path.exists() else {}
 
 
-def test_opening_a_slide_turns_on_async_slicing_for_the_session_only_and_says_so_once(
-    fresh_napari_settings, make_napari_viewer, small_slide
+def test_opening_a_slide_keeps_naparis_synchronous_slicing_and_its_settings(
+    fresh_napari_settings, make_napari_viewer, qtbot, small_slide
 ):
     make, path, shown = fresh_napari_settings
     settings = make()
     viewer = make_napari_viewer()
     before = path.read_bytes() if path.exists() else None
     layer = _open(viewer, small_slide.path)
+    assert not settings.experimental.async_
+    assert viewer._layer_slicer._force_sync  # napari's default, synchronous slicing
+    assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
+    assert shown == []  # nothing to say: nothing was changed
+    assert (path.read_bytes() if path.exists() else None) == before
+    qtbot.waitUntil(layer.data[0].store.idle, timeout=20000)  # no decoding left at teardown
+
+
+@pytest.mark.parametrize("chosen_in", ["napari env", "settings file", "preferences"])
+def test_a_user_who_chose_async_slicing_gets_the_dask_levels_napari_slices(
+    fresh_napari_settings, make_napari_viewer, qtbot, small_slide, monkeypatch, chosen_in
+):
+    make, path, shown = fresh_napari_settings
+    if chosen_in == "napari env":
+        monkeypatch.setenv("NAPARI_ASYNC", "1")
+    settings = make("experimental:\n  async_: true\n" if chosen_in == "settings file" else None)
+    viewer = make_napari_viewer()
+    if chosen_in == "preferences":  # a slide opened before the switch keeps its levels
+        earlier = _open(viewer, small_slide.path)
+        assert all(isinstance(level, ProgressiveLevel) for level in earlier.data)
+        qtbot.waitUntil(earlier.data[0].store.idle, timeout=20000)
+        settings.experimental.async_ = True
+    layer = _open(viewer, small_slide.path)
     assert settings.experimental.async_
-    assert not viewer._layer_slicer._force_sync  # the open viewer slices asynchronously
+    assert not viewer._layer_slicer._force_sync
     assert all(type(level).__module__.startswith("dask") for level in layer.data)
-    second = _open(viewer, small_slide.path)
-    assert all(type(level).__module__.startswith("dask") for level in second.data)
-    assert len(shown) == 1 and "asynchronous slicing for this session" in shown[0]
-    assert "MEDVL_SYNC_SLICING=1" in shown[0]
-    assert (path.read_bytes() if path.exists() else None) == before  # nothing written
-    settings.appearance.theme = "light"  # the user changes another setting: napari saves
-    saved = _saved(path)
-    assert saved["appearance"]["theme"] == "light"
-    assert "async_" not in saved.get("experimental", {})  # the session's switch is not kept
-
-
-@pytest.mark.parametrize("opt_out", ["env", "napari env", "settings file"])
-def test_a_users_own_choice_of_slicing_is_kept(
-    fresh_napari_settings, make_napari_viewer, qtbot, small_slide, monkeypatch, opt_out
-):
-    from napari_medvl._slide_display import SYNC_SWITCH
-
-    make, _path, shown = fresh_napari_settings
-    if opt_out == "env":
-        monkeypatch.setenv(SYNC_SWITCH, "1")
-    if opt_out == "napari env":
-        monkeypatch.setenv("NAPARI_ASYNC", "0")
-    settings = make("experimental:\n  async_: false\n" if opt_out == "settings file" else None)
-    viewer = make_napari_viewer()
-    layer = _open(viewer, small_slide.path)
-    assert not settings.experimental.async_
-    assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
     assert shown == []
-    qtbot.waitUntil(layer.data[0].store.idle, timeout=20000)  # no decoding left at teardown
-
-
-def test_async_slicing_turned_off_after_the_switch_stays_off_and_is_saved_as_usual(
-    fresh_napari_settings, make_napari_viewer, qtbot, small_slide
-):
-    make, path, _shown = fresh_napari_settings
-    settings = make()
-    viewer = make_napari_viewer()
-    _open(viewer, small_slide.path)
-    settings.experimental.async_ = False  # the user, in napari's preferences
-    layer = _open(viewer, small_slide.path)
-    assert not settings.experimental.async_
-    assert all(isinstance(level, ProgressiveLevel) for level in layer.data)
-    qtbot.waitUntil(layer.data[0].store.idle, timeout=20000)  # no decoding left at teardown
-    settings.experimental.async_ = True  # and on again: napari keeps the user's choice
-    assert _saved(path)["experimental"]["async_"] is True
+    if chosen_in == "preferences":  # napari saves the user's own choice as usual
+        assert _saved(path)["experimental"]["async_"] is True
