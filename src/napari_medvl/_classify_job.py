@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from napari_medvl._child_jobs import model_process_for, relay
 from napari_medvl._progress import Progress, run_with_progress
 
 if TYPE_CHECKING:
@@ -87,10 +88,7 @@ def classify_job(
         payload["features"] = request.store.path
     payload.update(slide=str(request.slide.path), root=cache.root)
     steps = process.run(_HANDLER, payload, cancel, label="classification")
-    try:
-        done: Classified = yield from steps
-    finally:
-        steps.close()
+    done: Classified = yield from relay(steps)
     return ClassifyOutcome(request, done.classification, done.heatmaps, done.store)
 
 
@@ -102,13 +100,9 @@ def _process_for(
 ) -> ModelProcess | None:
     """The model process, or None to classify here: a model loaded here, a slide that is no
     file, or a store that is not on disk."""
-    if request.model in cache.encoders or not Path(str(request.slide.path)).exists():
-        return None
     if request.store is not None and getattr(request.store, "path", None) is None:
         return None
-    from napari_medvl._worker_process import model_process
-
-    return model_process(cancel)
+    return model_process_for(cache.encoders.get(request.model), request.slide, cancel)
 
 
 def classify_here(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medvl_engine.common.cache import cache_dir
+from napari_medvl._child_jobs import LoadedElsewhere, model_process_for, relay
 from napari_medvl._preload import load_in_background, wait_for_load
 from napari_medvl._progress import Progress, run_with_progress
 
@@ -118,13 +119,6 @@ class FeatureCache:
         self.stores[_store_slot(slide, encoder)] = store
 
 
-@dataclass(frozen=True)
-class LoadedElsewhere:
-    """In ``FeatureCache.encoders``: encoder ``name`` is loaded in the model process."""
-
-    name: str
-
-
 def preload_encoder(cache: FeatureCache, model: str) -> threading.Thread | None:
     """Load encoder ``model`` in the background, and run its text tower once (its first call
     is several times slower), so the first Run starts at the slide: in the model process
@@ -176,24 +170,10 @@ def heatmap_job(
     Yields Progress, and a HeatmapUpdate for each partial map (see the module docstring);
     returns the complete HeatmapOutcome.
     """
-    process = _process_for(request, cache, cancel)
+    process = model_process_for(cache.encoders.get(request.model), request.slide, cancel)
     if process is not None:
         return (yield from _heatmap_in_process(process, request, cache, cancel))
     return (yield from heatmap_here(request, cache, cancel))
-
-
-def _process_for(
-    request: HeatmapRequest, cache: FeatureCache, cancel: threading.Event | None
-) -> ModelProcess | None:
-    """The model process for ``request``, or None to run it in this process."""
-    loaded = cache.encoders.get(request.model)
-    if loaded is not None and not isinstance(loaded, LoadedElsewhere):
-        return None  # a model loaded here (the demo's), with its features
-    if not Path(str(getattr(request.slide, "path", ""))).exists():
-        return None  # the child opens the slide from its file
-    from napari_medvl._worker_process import model_process
-
-    return model_process(cancel)
 
 
 @dataclass
@@ -221,23 +201,17 @@ def _heatmap_in_process(
     payload.update(slide=str(request.slide.path), root=cache.folder())
     key = f"{_slide_token(request.slide)}|{request.model}"
     kept = cache.partials.setdefault(key, _Kept())
+
+    def update(item: Any) -> Any:
+        if isinstance(item, PartialMap):
+            outcome = HeatmapOutcome(request, item.heatmap, None, store=item.store)
+            return HeatmapUpdate(outcome, item.done, item.total)
+        if isinstance(item, Progress) and item.stage == "features":
+            kept.done = item.done
+        return item
+
     steps = process.run(f"{_WORKER}:heatmap_in_child", payload, cancel, label="heatmap request")
-    try:
-        while True:
-            try:
-                item = next(steps)
-            except StopIteration as finished:
-                final: FinalMap = finished.value
-                break
-            if isinstance(item, PartialMap):
-                outcome = HeatmapOutcome(request, item.heatmap, None, store=item.store)
-                yield HeatmapUpdate(outcome, item.done, item.total)
-                continue
-            if isinstance(item, Progress) and item.stage == "features":
-                kept.done = item.done
-            yield item
-    finally:
-        steps.close()  # cancels the child's job when this one is closed
+    final: FinalMap = yield from relay(steps, update)
     cache.encoders.setdefault(request.model, LoadedElsewhere(request.model))
     cache.partials.pop(key, None)
     return HeatmapOutcome(

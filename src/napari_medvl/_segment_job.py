@@ -27,15 +27,12 @@ import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from napari_medvl._heatmap_job import LoadedElsewhere
+from napari_medvl._child_jobs import LoadedElsewhere, model_process_for, relay
 from napari_medvl._progress import Progress, run_with_progress
-
-if TYPE_CHECKING:
-    from napari_medvl._worker_process import ModelProcess
 
 __all__ = [
     "FirstLook",
@@ -142,7 +139,7 @@ def segment_job(
     and grid), then map the classes; in the model process where it can (module docstring).
     A run with classes whose prompt ensembles are not encoded yet first yields the
     :class:`FirstLook` of every class, the new ones from their first wording."""
-    process = _process_for(request, cache, cancel)
+    process = model_process_for(cache.encoders.get(request.model), request.slide, cancel)
     if process is None:
         return (yield from segment_here(request, cache, cancel))
     if cache.child != process.pid:  # a new model process holds no text of an earlier one
@@ -151,37 +148,17 @@ def segment_job(
     payload = {name: getattr(request, name) for name in SegmentRequest.__dataclass_fields__}
     payload["slide"] = str(request.slide.path)
     steps = process.run(f"{_WORKER}:segment_in_child", payload, cancel, label="segmentation")
-    try:
-        while True:
-            try:
-                item = next(steps)
-            except StopIteration as finished:
-                result = finished.value
-                break
-            yield (
-                dataclasses.replace(item, request=request) if isinstance(item, FirstLook) else item
-            )
-    finally:
-        steps.close()  # cancels the child's job when this one is closed
+    result = yield from relay(
+        steps,
+        lambda item: (
+            dataclasses.replace(item, request=request) if isinstance(item, FirstLook) else item
+        ),
+    )
     cache.encoders.setdefault(request.model, LoadedElsewhere(request.model))
     cache.elsewhere.update(
         _embedding_keys(request.model, request.templates, request.classes).values()
     )
     return SegmentOutcome(request, result)
-
-
-def _process_for(
-    request: SegmentRequest, cache: SegmentCache, cancel: threading.Event | None
-) -> ModelProcess | None:
-    """The model process for ``request``, or None to run it in this process."""
-    loaded = cache.encoders.get(request.model)
-    if loaded is not None and not isinstance(loaded, LoadedElsewhere):
-        return None  # a model loaded here, with its features and embeddings
-    if not Path(str(getattr(request.slide, "path", ""))).exists():
-        return None  # the child opens the slide from its file
-    from napari_medvl._worker_process import model_process
-
-    return model_process(cancel)
 
 
 def segment_here(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from napari_medvl._heatmap_job import LoadedElsewhere
+from napari_medvl._child_jobs import LoadedElsewhere, model_process_for, relay
 from napari_medvl._preload import load_in_background, wait_for_load
 from napari_medvl._progress import Progress, run_with_progress
 
@@ -106,7 +106,7 @@ def topk_job(
     """
     loading = loading if loading is not None else {}
     yield from wait_for_load(loading, request.model, cancel, "TopK")
-    process = _process_for(request, models, cancel)
+    process = model_process_for(models.get(request.model), cancel=cancel)
     if process is None:
         summary = yield from topk_here(request, models, loading, cancel)
     else:
@@ -128,19 +128,6 @@ def topk_job(
     return TopKOutcome(request, summary.result, summary.breast, layers, summary)
 
 
-def _process_for(
-    request: TopKRequest, models: dict[str, Any], cancel: threading.Event | None
-) -> ModelProcess | None:
-    """The model process for ``request``, or None to run it in this process (a model loaded
-    here)."""
-    loaded = models.get(request.model)
-    if loaded is not None and not isinstance(loaded, LoadedElsewhere):
-        return None
-    from napari_medvl._worker_process import model_process
-
-    return model_process(cancel)
-
-
 def _topk_in_process(
     process: ModelProcess,
     request: TopKRequest,
@@ -156,10 +143,7 @@ def _topk_in_process(
         "k": request.k,
     }
     steps = process.run(f"{_WORKER}:topk_in_child", payload, cancel, label="TopK request")
-    try:
-        summary: TopKRunSummary = yield from steps
-    finally:
-        steps.close()  # cancels the child's job when this one is closed
+    summary: TopKRunSummary = yield from relay(steps)
     models.setdefault(request.model, LoadedElsewhere(request.model))
     return summary
 

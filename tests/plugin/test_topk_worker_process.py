@@ -121,6 +121,7 @@ def test_views_made_in_memory_cross_to_the_model_process_as_they_are(
     from medvl_engine.io.mammo import open_mammogram
     from medvl_engine.models.topksiglip_results import TopKViewSource
     from napari_medvl import _topk_job, _worker_process
+    from napari_medvl._child_jobs import LoadedElsewhere
     from napari_medvl._topk_job import view_for_child
     from napari_medvl._worker_topk import topk_in_child
 
@@ -130,19 +131,20 @@ def test_views_made_in_memory_cross_to_the_model_process_as_they_are(
         dataclasses.replace(open_mammogram(path), path=Path(f"memory/{view}"))
         for path, view in ((mammo_case.cc_path, "CC"), (mammo_case.mlo_path, "MLO"))
     ]
-    # the job takes the model process for them (no longer threads because of the path)
-    started = object()
-    monkeypatch.setattr(_worker_process, "model_process", lambda cancel=None: started)
-    request = TopKRequest(*in_memory, str(tiny_topk), 4)
-    assert _topk_job._process_for(request, {}, None) is started
+    sent = []
 
-    payload = {
-        "cc": pickle.loads(pickle.dumps(view_for_child(in_memory[0]))),  # through the pipe
-        "mlo": pickle.loads(pickle.dumps(view_for_child(in_memory[1]))),
-        "model": str(tiny_topk),
-        "k": 4,
-    }
-    summary = finished(topk_in_child(payload, {}, threading.Event()))
+    class ThroughThePipe:  # the model process, its pipe a pickle round trip
+        def run(self, handler, payload, cancel=None, label="request"):
+            sent.append(handler)
+            return topk_in_child(pickle.loads(pickle.dumps(payload)), {}, threading.Event())
+
+    monkeypatch.setattr(_worker_process, "model_process", lambda cancel=None: ThroughThePipe())
+    request = TopKRequest(*in_memory, str(tiny_topk), 4)
+    models: dict = {}
+    summary = finished(_topk_job.topk_job(request, models, {}, None)).run
+    # the job took the model process for them (no longer threads because of the path)
+    assert sent == ["napari_medvl._worker_topk:topk_in_child"]
+    assert isinstance(models[str(tiny_topk)], LoadedElsewhere)
     here = finished(_topk_job.topk_here(request, {}, {}, None))
     assert summary.sources() == {"CC": Path("memory/CC"), "MLO": Path("memory/MLO")}
     for view in VIEWS:
