@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -70,6 +71,45 @@ def test_prompt_heatmap_yields_the_view_first_then_the_map_medvl_heatmap_writes(
     with np.load(out) as written:
         np.testing.assert_array_equal(written["coords"], complete.coords)
         np.testing.assert_allclose(written["scores"], complete.scores, atol=1e-5)
+
+
+class _SlowPatches:
+    """The demo encoder whose patch batches take ``delay_s`` each (a slow CPU)."""
+
+    def __init__(self, encoder, delay_s: float):
+        self._encoder, self._delay_s = encoder, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self._encoder, name)
+
+    def encode_patches(self, patches, normalize=True):
+        time.sleep(self._delay_s)
+        return self._encoder.encode_patches(patches, normalize=normalize)
+
+
+def test_every_partial_map_shows_patches_the_one_before_did_not(tmp_path, demo_encoder):
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    # more patches than one extraction batch (64), each batch far slower than the update
+    # interval: the old loop yielded a map at every due poll, the same map again and again
+    # (even maps of no patch) while no row arrived
+    truth = make_synthetic_slide(tmp_path / "wide.tiff", seed=3, size=(4096, 3072))
+    with open_slide(truth.path) as slide:
+        maps = list(
+            prompt_heatmap(
+                slide,
+                "tumor",
+                _SlowPatches(demo_encoder(), delay_s=0.25),
+                top_n=0,
+                view=None,
+                store_path=tmp_path / "slow.zarr",
+                update_interval_s=0.05,
+            )
+        )
+    *partials, complete = maps
+    assert partials and complete.complete and not any(m.complete for m in partials)
+    done = [m.done for m in maps]
+    assert done[0] > 0 and all(b > a for a, b in zip(done, done[1:], strict=False)), done
 
 
 def test_a_given_store_gives_one_complete_map_and_a_partial_continues(

@@ -199,7 +199,8 @@ class PartialFeatures:
         time, yielding after each batch. Then the extraction of the whole grid into
         ``store_path`` runs in a background thread (one extraction per store at a time: a
         cancelled one may still be finishing its batch); its rows are read back as they are
-        written and this yields at most every ``interval_s`` while rows are missing.
+        written and this yields at most every ``interval_s`` while rows are missing, and only
+        when patches became known since the last yield (each yield is a new map to show).
         ``progress(done, total)`` is called (in the caller's thread) after each visible batch
         and when rows arrive. ``cancel`` raises CancelledError at the next batch or poll; the
         rows computed so far stay here and in the store. Returns the complete store read
@@ -251,6 +252,7 @@ class PartialFeatures:
         helper = threading.Thread(target=extract, name="medvl-features", daemon=True)
         helper.start()
         last_update = time.perf_counter()
+        shown = self.done  # the patches of the last map: a map with no new patch is not due
         try:
             while helper.is_alive():
                 helper.join(_POLL_S)
@@ -258,8 +260,8 @@ class PartialFeatures:
                 due = time.perf_counter() - last_update >= interval_s
                 if self.read_stored() or due:
                     report()
-                if due and not self.complete and helper.is_alive():
-                    last_update = time.perf_counter()
+                if due and self.done > shown and not self.complete and helper.is_alive():
+                    last_update, shown = time.perf_counter(), self.done
                     yield
         finally:  # stopped early: the extraction ends at its next batch
             if helper.is_alive():
