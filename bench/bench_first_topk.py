@@ -22,7 +22,9 @@ Prints which path the dock used (the model process or threads, from which proces
 torch), worst and p99 gaps of each phase, and the target ratios both ways, with the samples
 behind each: first TopK worst <= 2x floor worst, p99 <= 1.5x floor p99, the median of the
 per-pass worst gaps; second breast worst <= 2x floor worst; dock opening worst <= 2x the
-floor's adding of the same layers. Needs a display (run it under tools/with_display.sh):
+floor's adding of the same layers; and the first TopK against the floor panned with the dock's
+layers in the viewer too (the plugin's viewer holds them while it pans). Needs a display
+(run it under tools/with_display.sh):
 
     tools/with_display.sh .venv/bin/python bench/bench_first_topk.py --rounds 2 [--threads]
 """
@@ -38,6 +40,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
 
 import _gap_stacks as gap_stacks  # noqa: E402
 from bench_first_heatmap import (  # noqa: E402
@@ -214,7 +218,8 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
 
 def floor_round(app, probe, views: list, dock_layers: list, passes: int) -> dict[str, object]:
     """Bare napari: the same views in memory panned along the same path for
-    max(FLOOR_PASSES, ``passes``) passes, then the dock's layers added."""
+    max(FLOOR_PASSES, ``passes``) passes, then the dock's layers added, then ``passes`` passes
+    more with them in the viewer (the plugin pans its first TopK with them there)."""
     from napari.layers import Layer
 
     gaps: dict[str, object] = {}
@@ -234,6 +239,11 @@ def floor_round(app, probe, views: list, dock_layers: list, passes: int) -> dict
         _settle(app, 0.5)
         probe.stop()
         gaps["layers"] = list(probe.gaps_ms)
+        probe.start()  # the same passes again, the dock's layers in the viewer as in the plugin's
+        with_layers: list[int] = []
+        _pan(viewer, app, probe, max(1, passes), path, with_layers)
+        probe.stop()
+        gaps["pan_layers"], gaps["ends_layers"] = list(probe.gaps_ms), with_layers
     return gaps
 
 
@@ -258,7 +268,7 @@ def main() -> None:
             f"synthetic four-view exam, {len(paths)} views of 1024 x 640 px; TopK on L CC + "
             f"L MLO, then R; MEDVL_MODEL_PROCESS={os.environ['MEDVL_MODEL_PROCESS']}"
         )
-        floor_old, floor_fair, first = Pans(), Pans(), Pans()
+        floor_old, floor_fair, floor_layers, first = Pans(), Pans(), Pans(), Pans()
         layers: list[float] = []
         plugin: dict[str, list[float]] = {"dock": [], "second": []}
         details = []
@@ -273,6 +283,7 @@ def main() -> None:
             floor_old.add(gaps[: ends[FLOOR_PASSES - 1]], ends[:FLOOR_PASSES])  # type: ignore[index]
             floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])  # type: ignore[index]
             layers.extend(floor["layers"])  # type: ignore[arg-type]
+            floor_layers.add(floor["pan_layers"], floor["ends_layers"])  # type: ignore[arg-type]
             details.append(
                 f"round {index + 1}: first TopK {run['first_s']:.1f} s over {passes} pan "
                 f"passes; TopK ran in {run['where']}; "
@@ -285,11 +296,18 @@ def main() -> None:
         print(_line(f"floor: pan, {FLOOR_PASSES} passes a round", floor_old.gaps))
         print(_line("floor: pan, the plugin's passes", floor_fair.gaps))
         print(_line("floor: adding the dock's layers", layers))
+        print(_line("floor: pan with the dock's layers", floor_layers.gaps))
         print(_line("plugin: dock opening", plugin["dock"]))
         print(_line("plugin: first TopK, panning", first.gaps))
         print(_line("plugin: second breast's TopK", plugin["second"]))
         for line in comparison_table(first, floor_old, floor_fair, "first TopK"):
             print(line)
+        print(
+            "  first TopK against the floor with the dock's layers: worst "
+            f"{max(first.gaps) / max(floor_layers.gaps):.2f}x, p99 "
+            f"{np.percentile(first.gaps, 99) / np.percentile(floor_layers.gaps, 99):.2f}x "
+            f"({len(first.gaps)}/{len(floor_layers.gaps)} ticks)"
+        )
         second = plugin["second"]
         for line in other_ratios(
             second, plugin["dock"], layers, floor_old, floor_fair, "second breast"
