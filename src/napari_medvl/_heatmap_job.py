@@ -87,6 +87,19 @@ class HeatmapOutcome:
     store_path: Path | None = None
     extracted: bool = False
 
+    @classmethod
+    def of_complete(cls, request: HeatmapRequest, done: Any) -> HeatmapOutcome:
+        """The outcome of ``done``, a complete map: the engine's PromptMap, or the FinalMap the
+        model process sends back (the same fields, torch-free)."""
+        return cls(
+            request,
+            done.heatmap,
+            done.top_patches,
+            store=done.store,
+            store_path=done.store_path,
+            extracted=done.extracted,
+        )
+
 
 @dataclass
 class HeatmapUpdate:
@@ -214,14 +227,7 @@ def _heatmap_in_process(
     final: FinalMap = yield from relay(steps, update)
     cache.encoders.setdefault(request.model, LoadedElsewhere(request.model))
     cache.partials.pop(key, None)
-    return HeatmapOutcome(
-        request,
-        final.heatmap,
-        final.top_patches,
-        store=final.store,
-        store_path=final.store_path,
-        extracted=final.extracted,
-    )
+    return HeatmapOutcome.of_complete(request, final)
 
 
 def heatmap_here(
@@ -295,14 +301,7 @@ def heatmap_here(
         maps.close()  # stops the extraction at its next batch when this job is closed
     cache.stores[slot] = result.store
     cache.partials.pop(slot, None)
-    return HeatmapOutcome(
-        request,
-        result.heatmap,
-        result.top_patches,
-        store=result.store,
-        store_path=result.store_path,
-        extracted=result.extracted,
-    )
+    return HeatmapOutcome.of_complete(request, result)
 
 
 UPDATE_INTERVAL_S = 0.5
