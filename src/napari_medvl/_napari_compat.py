@@ -21,6 +21,15 @@ Two patches make a dock's first result draw without stalls on the GUI thread:
   the vertex buffers are uploaded). Builds on napari's shapes visual
   (``canvas.layer_to_visual[layer].node`` with ``shape_faces`` and ``shape_highlights``).
 
+A third keeps hidden layers out of each pan's frame:
+
+- **Hidden layers' draw updates** (:func:`skip_draw_updates_while_hidden`). On every draw
+  napari calls each layer's ``_update_draw`` (its view corners through its transforms, its
+  level, a shapes layer's highlight), hidden or not. A dock's hidden result layers (sixteen
+  for a TopK exam, waiting for a result) then slow every frame of a pan. The patched layer
+  skips that update while hidden; shown again, napari refreshes it and the draw that follows
+  updates it. Builds on ``Layer._update_draw`` and napari calling it after each draw.
+
 Each patch names the napari and vispy versions it was written for (``WRITTEN_FOR``, inclusive
 (major, minor) ranges). With any other version, or where the private state is not where the
 patch expects it, nothing is patched: napari makes glyphs at first draw and recompiles meshes on
@@ -46,6 +55,7 @@ __all__ = [
     "keep_mesh_shaders",
     "patch_applies",
     "prerender_glyphs",
+    "skip_draw_updates_while_hidden",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -54,6 +64,7 @@ Version = tuple[int, int]
 WRITTEN_FOR: dict[str, dict[str, tuple[Version, Version]]] = {
     "glyphs": {"napari": ((0, 6), (0, 9)), "vispy": ((0, 14), (0, 17))},
     "mesh_shaders": {"napari": ((0, 9), (0, 9)), "vispy": ((0, 17), (0, 17))},
+    "hidden_draw_updates": {"napari": ((0, 9), (0, 9))},
 }
 """Patch -> package -> (oldest, newest) (major, minor) version the patch was written for."""
 
@@ -271,3 +282,27 @@ def keep_mesh_shaders(viewer: Any, layer: Any) -> bool:
         if not getattr(build, "keeps_rgba_function", False):
             mesh._build_color_transform = _reusing(build, _current_function(mesh))
     return bool(meshes)
+
+
+# --------------------------------------------------------------------------- hidden layers
+
+
+def skip_draw_updates_while_hidden(layer: Any) -> bool:
+    """Make napari skip ``layer``'s per-draw update while the layer is hidden (module notes);
+    calling it again does nothing. Returns True when the layer skips them from now on. A
+    dock's layer may come wrapped in napari's public-only proxy: the layer itself
+    (``__wrapped__``) is patched."""
+    layer = getattr(layer, "__wrapped__", layer)
+    update = getattr(layer, "_update_draw", None)
+    if update is None or not patch_applies("hidden_draw_updates"):
+        return False
+    if getattr(update, "skips_hidden", False):
+        return True
+
+    def update_draw(scale_factor: Any, corner_pixels_displayed: Any, shape_threshold: Any) -> None:
+        if layer.visible:
+            update(scale_factor, corner_pixels_displayed, shape_threshold)
+
+    update_draw.skips_hidden = True  # type: ignore[attr-defined]
+    layer._update_draw = update_draw
+    return True

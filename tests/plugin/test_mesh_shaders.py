@@ -88,6 +88,7 @@ def test_a_dock_keeps_the_shaders_through_napari_s_public_only_proxies(make_napa
     node = viewer.window._qt_viewer.canvas.layer_to_visual[viewer.layers[0]].node
     assert getattr(node.shape_faces._build_color_transform, "keeps_rgba_function", False)
     assert keep_mesh_shaders(proxy, layer) is True
+    assert viewer.layers[0]._update_draw.skips_hidden  # the layer itself, not its proxy
 
 
 def test_keeping_shaders_is_a_no_op_where_napari_has_no_shapes_visual():

@@ -12,6 +12,7 @@ from napari_medvl._napari_compat import (
     keep_mesh_shaders,
     patch_applies,
     prerender_glyphs,
+    skip_draw_updates_while_hidden,
 )
 from napari_medvl._widget_common import add_layer
 
@@ -61,8 +62,11 @@ def test_an_unknown_version_leaves_napari_unpatched_and_says_so_once(
     node = viewer.window._qt_viewer.canvas.layer_to_visual[layer].node
     for mesh in (node.shape_faces, node.shape_highlights):
         assert not getattr(mesh._build_color_transform, "keeps_rgba_function", False)
+    skips_hidden = getattr(layer._update_draw, "skips_hidden", False)
+    assert skips_hidden is (package != "napari")  # that patch names napari alone
     refusals = [record.getMessage() for record in caplog.records]
-    assert len(refusals) == 2  # once per patch, however often it is asked
+    # once per patch written for that package, however often it is asked
+    assert len(refusals) == sum(package in packages for packages in WRITTEN_FOR.values())
     assert all("leaves napari unpatched" in message for message in refusals)
     assert all(f"{package} {version}" in message for message in refusals)
 
@@ -72,3 +76,23 @@ def test_the_same_viewer_is_patched_on_the_versions_written_for(make_napari_view
     layer = add_layer(viewer, RECTANGLES)
     node = viewer.window._qt_viewer.canvas.layer_to_visual[layer].node
     assert getattr(node.shape_faces._build_color_transform, "keeps_rgba_function", False)
+
+
+def test_a_hidden_layer_skips_the_draw_update_and_is_updated_by_the_draw_after_it_is_shown(
+    make_napari_viewer, qtbot
+):
+    viewer = make_napari_viewer(show=True)
+    ours = add_layer(viewer, RECTANGLES)  # what the docks add
+    bare = viewer.add_shapes(RECTANGLES[0], shape_type="rectangle", name="bare")
+    assert ours._update_draw.skips_hidden  # add_layer patched it
+    assert skip_draw_updates_while_hidden(ours) is True  # again: nothing more to do
+    camera = viewer.camera
+    ours.visible = bare.visible = False
+    qtbot.wait(200)
+    before = ours.scale_factor
+    camera.zoom *= 4  # frames drawn while both are hidden
+    qtbot.waitUntil(lambda: bare.scale_factor == pytest.approx(1 / camera.zoom), timeout=5000)
+    qtbot.wait(200)
+    assert ours.scale_factor == before  # napari updated the bare hidden layer, not ours
+    ours.visible = True
+    qtbot.waitUntil(lambda: ours.scale_factor == pytest.approx(1 / camera.zoom), timeout=5000)
