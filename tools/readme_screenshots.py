@@ -169,19 +169,29 @@ def small_png(pixels: Any, width: int) -> Any:
     )
 
 
+def _drawn(viewer: Any) -> bool:
+    """True when every visible layer is sliced (napari's ``loaded``: with asynchronous
+    slicing a layer draws a few turns later) and no slide has blocks of the view left to
+    decode (its progressive levels show the coarser level until they are)."""
+    from napari_medvl._progressive_levels import ProgressiveLevel
+
+    for layer in viewer.layers:
+        if not layer.visible:
+            continue
+        level = layer.data[0] if layer.multiscale else None
+        if not layer.loaded or (isinstance(level, ProgressiveLevel) and not level.store.idle()):
+            return False
+    return True
+
+
 def save_window(viewer: Any, path: Path, width: int) -> Path:
     """Screenshot the whole window (canvas, layer list, docks) into ``path``; close the viewer."""
     from medvl_engine import atomic_write
 
     settle()
     viewer.reset_view()
-    # with asynchronous slicing (on once a slide has opened) a layer draws a few turns later
-    wait_until(
-        lambda: all(layer.loaded for layer in viewer.layers if layer.visible),
-        60.0,
-        "Drawing the layers",
-    )
-    settle()
+    wait_until(lambda: _drawn(viewer), 60.0, "Drawing the layers")
+    settle()  # a slide's refresh follows its last decoded block by a few turns
     image = small_png(viewer.screenshot(canvas_only=False, flash=False), width)
     written = atomic_write(
         path, lambda temporary: image.save(temporary, "PNG", optimize=True), what="screenshot"
