@@ -99,7 +99,7 @@ def test_every_partial_map_shows_patches_the_one_before_did_not(tmp_path, demo_e
             prompt_heatmap(
                 slide,
                 "tumor",
-                _SlowPatches(demo_encoder(), delay_s=0.25),
+                _SlowPatches(demo_encoder(), delay_s=0.5),
                 top_n=0,
                 view=None,
                 store_path=tmp_path / "slow.zarr",
