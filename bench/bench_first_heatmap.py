@@ -27,6 +27,8 @@ the floor panned in each round for as many passes as the plugin phase took in th
 worst against worst, p99 against p99 over equal tick counts (the longer list cut to the
 shorter, per round), and the median of the per-pass worst gaps against each other.
 ``--threads`` runs the models in napari's own process instead (as before the model process).
+``--slide-in-memory`` and ``--hide-partials`` take one cost out of the plugin's rounds (the
+slide's decoding, the partial maps' display) to show what it adds.
 Needs a display (run it under tools/with_display.sh).
 """
 
@@ -369,6 +371,24 @@ def _load() -> str:
         return "?"
 
 
+def _diagnose(slide_in_memory: bool, hide_partials: bool) -> None:
+    """Take one cost out of the plugin's rounds, to see what it adds: the slide's decoding (its
+    reader's levels replaced by the pyramid in memory) or the partial maps' display."""
+    if slide_in_memory:
+        from napari_medvl import _slide_display
+
+        def in_memory(slide, block_target_px: int = 0) -> list:
+            return [np.asarray(level) for level in slide.levels]
+
+        _slide_display.display_levels = in_memory  # the reader looks it up when it opens
+        print("diagnosis: the plugin's slide is held in memory (no decoding)")
+    if hide_partials:
+        from napari_medvl._heatmap_presenter import HeatmapPresenter
+
+        HeatmapPresenter.show_partial = lambda self, update: None  # type: ignore[method-assign]
+        print("diagnosis: no partial map is shown")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", action="store_true", help="models in napari's process")
@@ -377,9 +397,20 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="floor/plugin rounds")
     gap_stacks.add_arguments(parser, "first heatmap")
+    parser.add_argument(
+        "--slide-in-memory",
+        action="store_true",
+        help="diagnosis: the plugin's slide layer holds its pyramid in memory (no decoding)",
+    )
+    parser.add_argument(
+        "--hide-partials",
+        action="store_true",
+        help="diagnosis: the dock shows no partial map, only the complete one",
+    )
     arguments = parser.parse_args()
     if not set(arguments.settings.split(",")) <= {"sync", "async"}:
         parser.error(f"--settings {arguments.settings}: name sync, async or sync,async")
+    _diagnose(arguments.slide_in_memory, arguments.hide_partials)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["MEDVL_MODEL_PROCESS"] = "0" if arguments.threads else "1"
     from napari.settings import get_settings

@@ -219,7 +219,9 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
 def floor_round(app, probe, views: list, dock_layers: list, passes: int) -> dict[str, object]:
     """Bare napari: the same views in memory panned along the same path for
     max(FLOOR_PASSES, ``passes``) passes, then the dock's layers added, then ``passes`` passes
-    more with them in the viewer (the plugin pans its first TopK with them there)."""
+    more with them in the viewer (the plugin pans its first TopK with them there), and as many
+    again with the hidden ones skipping napari's per-draw update, as the plugin's layers do
+    (``_napari_compat.skip_draw_updates_while_hidden``)."""
     from napari.layers import Layer
 
     gaps: dict[str, object] = {}
@@ -244,6 +246,15 @@ def floor_round(app, probe, views: list, dock_layers: list, passes: int) -> dict
         _pan(viewer, app, probe, max(1, passes), path, with_layers)
         probe.stop()
         gaps["pan_layers"], gaps["ends_layers"] = list(probe.gaps_ms), with_layers
+        from napari_medvl._napari_compat import skip_draw_updates_while_hidden
+
+        for layer in list(viewer.layers)[len(views) :]:  # what the plugin's add_layer does
+            skip_draw_updates_while_hidden(layer)
+        probe.start()
+        skipping: list[int] = []
+        _pan(viewer, app, probe, max(1, passes), path, skipping)
+        probe.stop()
+        gaps["pan_skipping"] = list(probe.gaps_ms)
     return gaps
 
 
@@ -269,6 +280,7 @@ def main() -> None:
             f"L MLO, then R; MEDVL_MODEL_PROCESS={os.environ['MEDVL_MODEL_PROCESS']}"
         )
         floor_old, floor_fair, floor_layers, first = Pans(), Pans(), Pans(), Pans()
+        skipping: list[float] = []
         layers: list[float] = []
         plugin: dict[str, list[float]] = {"dock": [], "second": []}
         details = []
@@ -284,6 +296,7 @@ def main() -> None:
             floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])  # type: ignore[index]
             layers.extend(floor["layers"])  # type: ignore[arg-type]
             floor_layers.add(floor["pan_layers"], floor["ends_layers"])  # type: ignore[arg-type]
+            skipping.extend(floor["pan_skipping"])  # type: ignore[arg-type]
             details.append(
                 f"round {index + 1}: first TopK {run['first_s']:.1f} s over {passes} pan "
                 f"passes; TopK ran in {run['where']}; "
@@ -297,6 +310,7 @@ def main() -> None:
         print(_line("floor: pan, the plugin's passes", floor_fair.gaps))
         print(_line("floor: adding the dock's layers", layers))
         print(_line("floor: pan with the dock's layers", floor_layers.gaps))
+        print(_line("  the hidden ones skipping draw updates", skipping))
         print(_line("plugin: dock opening", plugin["dock"]))
         print(_line("plugin: first TopK, panning", first.gaps))
         print(_line("plugin: second breast's TopK", plugin["second"]))
