@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import _gap_stacks as gap_stacks  # noqa: E402
+from _gap_marks import attribute, mark_heatmap_work, stop_marking  # noqa: E402
 from bench_plugin_stalls import _settle, bench_viewer, write_j2k_pyramid  # noqa: E402
 
 ROUNDS = 2
@@ -261,6 +262,7 @@ def plugin_round(app, probe, slide_path: Path, features: Path, stacks=None) -> d
         probe.stop()
         result["dock"] = list(probe.gaps_ms)
         _settle(app, max(0.0, RUN_AFTER_DOCK_S - 0.5))
+        marks = mark_heatmap_work(viewer, widget)
         probe.start()
         if stacks is not None:
             stacks.start()
@@ -277,6 +279,9 @@ def plugin_round(app, probe, slide_path: Path, features: Path, stacks=None) -> d
             stacks.stop()
             result["stacks"] = stacks.report(focus=stacks.focus)
         result["first"] = list(probe.gaps_ms)
+        result["first_ends"] = list(probe.ends_s)
+        stop_marking()
+        result["marks"] = marks
         result["first_s"] = time.perf_counter() - started
         result["passes"] = len(ends)
         result["ends"] = ends
@@ -318,12 +323,14 @@ class Setting:
     dock: list[float] = field(default_factory=list)
     reprompt: list[float] = field(default_factory=list)
     details: list[str] = field(default_factory=list)
+    first_runs: list[dict] = field(default_factory=list)  # each round's gaps, ends and marks
 
     def add_round(self, run: dict, floor: dict) -> None:
         """One plugin round and the floor round measured right after it."""
         self.dock.extend(run["dock"])
         self.reprompt.extend(run["reprompt"])
         self.first.add(run["first"], run["ends"])
+        self.first_runs.append(run)
         passes = int(run["passes"])
         gaps, ends = floor["pan"], floor["ends"]
         self.floor_old.add(gaps[: ends[FLOOR_PASSES - 1]], ends[:FLOOR_PASSES])
@@ -348,6 +355,11 @@ class Setting:
         lines += other_ratios(
             self.reprompt, self.dock, self.layers, self.floor_old, self.floor_fair
         )
+        threshold = 1.5 * _stats(self.floor_fair.gaps)[1]
+        lines.append("  first heatmap, what its long gaps held (1.5x the floor's p99):")
+        for index, run in enumerate(self.first_runs):
+            said = attribute(run["first"], run["first_ends"], run["marks"], threshold)
+            lines.append(f"    round {index + 1}: {said}")
         return lines
 
 

@@ -27,6 +27,7 @@ from napari_medvl._heatmap_overlay import (
     prepare_overlay,
     show_overlay,
 )
+from napari_medvl._partial_pacing import PartialMapPacer
 from napari_medvl._slide_layers import SLIDE_KIND
 from napari_medvl._widget_common import layers_of_kind
 
@@ -57,6 +58,7 @@ class HeatmapPresenter:
         self.last_outcome: HeatmapOutcome | None = None
         self._showing_history = False
         self._finishing: tuple[HeatmapOutcome, Any] | None = None
+        self.partial_pacer = PartialMapPacer(viewer, form.native, self._show_partial_now)
 
     @property
     def finishing(self) -> bool:
@@ -151,8 +153,20 @@ class HeatmapPresenter:
         return self.form.slide_choice.value
 
     def show_partial(self, update: Any) -> None:
-        """Swap a partial map (visible patches first) into the overlay layer."""
-        if not isinstance(update, HeatmapUpdate):
+        """Swap a partial map (visible patches first) into the overlay layer once the view is
+        still (:mod:`._partial_pacing`)."""
+        if isinstance(update, HeatmapUpdate):
+            self.partial_pacer.offer((self.controller.runner.generation, update))
+
+    @property
+    def partial_waiting(self) -> bool:
+        """True while a partial map waits for the view to be still."""
+        return self.partial_pacer.waiting is not None
+
+    def _show_partial_now(self, offered: tuple[int, HeatmapUpdate]) -> None:
+        generation, update = offered
+        runner = self.controller.runner
+        if runner.worker is None or runner.generation != generation:  # cancelled, or replaced
             return
         self._show(update.outcome, self._slide_layer_for(update.outcome), with_boxes=False)
 
@@ -160,6 +174,7 @@ class HeatmapPresenter:
         """Swap the result's map in now and its top patches, history and status in on the
         next event-loop turn: each turn holds one layer update and one redraw."""
         self.last_outcome = outcome
+        self.partial_pacer.drop()
         layer = self._slide_layer_for(outcome)
         self._show(outcome, layer, with_boxes=False, recolor_labels=False)
         self._finishing = (outcome, layer)

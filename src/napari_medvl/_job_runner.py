@@ -46,6 +46,11 @@ class JobRunner:
         self.displaying: Callable[[], bool] | None = None
 
     @property
+    def generation(self) -> int:
+        """Counts jobs started and cancelled: what a job reported is stale once it changed."""
+        return self._generation
+
+    @property
     def running(self) -> bool:
         """True while a job runs, and while the widget still shows its result (``displaying``
         says so when a result is drawn over several event-loop turns)."""

@@ -31,9 +31,10 @@ class StallProbe(QObject):
         self._timer.timeout.connect(self._tick)
         self._last: float | None = None
         self.gaps_ms: list[float] = []
+        self.ends_s: list[float] = []  # when each gap ended (time.perf_counter)
 
     def start(self) -> StallProbe:
-        self.gaps_ms = []
+        self.gaps_ms, self.ends_s = [], []
         self._last = time.perf_counter()
         self._timer.start()
         return self
@@ -48,6 +49,7 @@ class StallProbe(QObject):
         now = time.perf_counter()
         if self._last is not None:
             self.gaps_ms.append((now - self._last) * 1e3)
+            self.ends_s.append(now)
         self._last = now
 
     def __enter__(self) -> StallProbe:

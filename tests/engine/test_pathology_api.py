@@ -112,6 +112,35 @@ def test_every_partial_map_shows_patches_the_one_before_did_not(tmp_path, demo_e
     assert done[0] > 0 and all(b > a for a, b in zip(done, done[1:], strict=False)), done
 
 
+def test_partial_maps_come_ever_less_often_while_the_slide_fills_in(tmp_path, demo_encoder):
+    from medvl_engine.synthetic import make_synthetic_slide
+
+    # 126 patches in batches of 8 that take 0.1 s each: with a map at every first chance
+    # they came one per batch, 0.1 s apart
+    truth = make_synthetic_slide(tmp_path / "wide.tiff", seed=3, size=(4096, 3072))
+    with open_slide(truth.path) as slide:
+        encoder = _SlowPatches(demo_encoder(), delay_s=0.1)
+        partial = PartialFeatures.for_slide(slide, encoder, store_path=tmp_path / "s.zarr")
+        steps = partial.fill(
+            slide, encoder, None, interval_s=0.05, max_interval_s=0.4, batch_size=8
+        )
+        start, shown_at, known = time.perf_counter(), [], []
+        while True:
+            try:
+                next(steps)
+            except StopIteration as finished:
+                store = finished.value
+                break
+            shown_at.append(time.perf_counter())
+            known.append(partial.done)
+    assert store.n_patches == partial.total == 126 and partial.complete
+    assert len(shown_at) >= 3 and shown_at[0] - start >= 0.05
+    waits = np.diff(shown_at)
+    least = np.minimum(0.05 * 2.0 ** np.arange(1, len(shown_at)), 0.4)  # 0.1, 0.2, 0.4, 0.4...
+    assert (waits >= least - 0.005).all(), (waits.round(3), least)
+    assert all(b > a for a, b in zip(known, known[1:], strict=False)), known
+
+
 def test_a_given_store_gives_one_complete_map_and_a_partial_continues(
     slide_path, tmp_path, demo_encoder
 ):

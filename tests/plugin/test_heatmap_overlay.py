@@ -57,6 +57,43 @@ def _heatmaps(viewer):
     return [layer for layer in viewer.layers if layer.metadata.get("medvl_kind") == "heatmap"]
 
 
+def test_partial_maps_wait_while_the_view_moves_and_a_cancelled_run_shows_none(
+    make_napari_viewer, qtbot, tmp_path, large_slide, demo_encoder, wait_for_runner
+):
+    viewer = make_napari_viewer()
+    _open_slide(viewer, large_slide.path)
+    widget = _widget(viewer, tmp_path, demo_encoder)
+    widget.top_n.value = 0
+    pacer = widget.presenter.partial_pacer
+    pacer.still_ms = pacer.max_wait_ms = 600_000  # the view counts as moving all along
+    viewer.camera.zoom = viewer.camera.zoom * 1.1
+    worker = widget.run()
+    qtbot.waitUntil(lambda: widget.presenter.partial_waiting, timeout=WORKER_TIMEOUT_MS)
+    assert _heatmaps(viewer) == []  # the overlay is still the empty one
+    widget.controls.cancel_button.changed.emit(True)
+    qtbot.waitUntil(lambda: not worker.is_running, timeout=WORKER_TIMEOUT_MS)
+    pacer.still_ms = pacer.max_wait_ms = 0  # still now: a map of the live run would show
+    qtbot.waitUntil(lambda: not widget.presenter.partial_waiting, timeout=2000)
+    qtbot.wait(100)
+    assert _heatmaps(viewer) == []
+
+    # the complete map shows at once, and no partial map after it
+    pacer.still_ms = pacer.max_wait_ms = 600_000
+    viewer.camera.zoom = viewer.camera.zoom * 1.1
+    drawn = []
+    widget.run()
+    wait_for_runner(qtbot, widget.runner, WORKER_TIMEOUT_MS)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    (heat,) = _heatmaps(viewer)
+    heat.events.data.connect(lambda event: drawn.append(event))
+    assert not widget.presenter.partial_waiting
+    pacer.still_ms = pacer.max_wait_ms = 0
+    qtbot.wait(300)
+    assert drawn == []
+    total = widget.last_outcome.store.n_patches
+    assert np.isfinite(heat.data).sum() == total
+
+
 def test_contrast_uses_the_diverging_map_centred_on_zero_with_a_colour_bar(
     make_napari_viewer, qtbot, tmp_path, small_slide, demo_encoder, wait_for_runner
 ):

@@ -38,6 +38,7 @@ VISIBLE_FIRST_LIMIT = 96  # patches encoded directly before the extraction compu
 _FIRST_BATCH = 4  # the first map: a handful of patches at the centre of the view
 _VISIBLE_BATCH = 32
 _POLL_S = 0.1
+MAX_UPDATE_INTERVAL_S = 4.0  # the wait between partial maps doubles up to this
 _STORE_LOCKS: dict[str, threading.Lock] = {}
 _STORE_LOCKS_GUARD = threading.Lock()
 
@@ -191,16 +192,22 @@ class PartialFeatures:
         progress: Callable[[int, int], None] | None = None,
         cancel: threading.Event | Callable[[], bool] | None = None,
         interval_s: float = 0.5,
+        max_interval_s: float = MAX_UPDATE_INTERVAL_S,
+        batch_size: int = 64,
     ) -> Generator[None, None, FeatureStore]:
         """Compute the missing rows; yields whenever a partial map is due, returns the store.
 
         First the patches in ``view`` (a :data:`Region`; "tissue": around the tissue centre;
         None: skipped) not known yet, at most 96, nearest its centre first: 4, then 32 at a
         time, yielding after each batch. Then the extraction of the whole grid into
-        ``store_path`` runs in a background thread (one extraction per store at a time: a
-        cancelled one may still be finishing its batch); its rows are read back as they are
-        written and this yields at most every ``interval_s`` while rows are missing, and only
-        when patches became known since the last yield (each yield is a new map to show).
+        ``store_path`` runs in a background thread (``batch_size`` patches a batch; one
+        extraction per store at a time: a cancelled one may still be finishing its batch); its
+        rows are read back as they are written and this yields while rows are missing, only
+        when patches became known since the last yield (each yield is a new map to show) and
+        no sooner than ``interval_s`` after the start of the extraction; the wait before each
+        next map is twice the one before, at most ``max_interval_s`` (the first maps of a
+        slide come quickly; later ones, which change less of what a viewer shows, each cost
+        a redraw).
         ``progress(done, total)`` is called (in the caller's thread) after each visible batch
         and when rows arrive. ``cancel`` raises CancelledError at the next batch or poll; the
         rows computed so far stay here and in the store. Returns the complete store read
@@ -243,6 +250,7 @@ class PartialFeatures:
                         encoder,
                         self.grid,
                         self.store_path,
+                        batch_size=batch_size,
                         cancel=lambda: stop.is_set() or cancelled(),
                         replace_mismatch=True,
                     )
@@ -251,17 +259,18 @@ class PartialFeatures:
 
         helper = threading.Thread(target=extract, name="medvl-features", daemon=True)
         helper.start()
-        last_update = time.perf_counter()
+        last_update, wait = time.perf_counter(), interval_s
         shown = self.done  # the patches of the last map: a map with no new patch is not due
         try:
             while helper.is_alive():
                 helper.join(_POLL_S)
                 check()
-                due = time.perf_counter() - last_update >= interval_s
+                due = time.perf_counter() - last_update >= wait
                 if self.read_stored() or due:
                     report()
                 if due and self.done > shown and not self.complete and helper.is_alive():
                     last_update, shown = time.perf_counter(), self.done
+                    wait = max(min(wait * 2, max_interval_s), interval_s)
                     yield
         finally:  # stopped early: the extraction ends at its next batch
             if helper.is_alive():
