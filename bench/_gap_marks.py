@@ -2,17 +2,25 @@
 
 ``mark_heatmap_work`` timestamps, on the GUI thread, each new map in a heatmap dock's image
 layer and each progress report the dock shows, and in any thread of napari's process each
-garbage collection of the older generations (1 and 2: the whole process waits for it);
-``attribute`` counts the gaps over a threshold during which one of them happened (a gap is
-the time between two ticks of the stall probe, which ends at ``ends_s``).
+garbage collection of the older generations (1 and 2: the whole process waits for it), and
+samples every 100 ms the CPU time the model process has used; ``attribute`` counts the gaps
+over a threshold during which one of them happened (a gap is the time between two ticks of
+the stall probe, which ends at ``ends_s``) and the cores the model process kept busy around
+them.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
+import threading
 import time
 from typing import Any
+
+import numpy as np
+
+_SAMPLING = threading.Event()  # set while the model process's CPU time is sampled
 
 
 def mark_heatmap_work(viewer: Any, widget: Any) -> dict[str, list[float]]:
@@ -52,12 +60,46 @@ def mark_heatmap_work(viewer: Any, widget: Any) -> dict[str, list[float]]:
 
     marks["gc"], marks["gc_end"] = [], []
     gc.callbacks.append(collection)
+    marks["cpu_at"], marks["cpu_s"] = [], []
+    _SAMPLING.set()
+    threading.Thread(target=_sample_model_cpu, args=(marks,), daemon=True).start()
     return marks
 
 
+def _sample_model_cpu(marks: dict[str, list[float]]) -> None:
+    from napari_medvl import _worker_process
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    while _SAMPLING.is_set():
+        process = getattr(_worker_process, "_shared", None)
+        pid = getattr(process, "pid", None)
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            used = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        except (OSError, ValueError, IndexError):
+            used = None
+        if used is not None:
+            marks["cpu_at"].append(time.perf_counter())
+            marks["cpu_s"].append(used)
+        time.sleep(0.1)
+
+
 def stop_marking() -> None:
-    """Stop timing garbage collections (``mark_heatmap_work`` started)."""
+    """Stop timing garbage collections and sampling the model process (``mark_heatmap_work``)."""
     gc.callbacks[:] = [c for c in gc.callbacks if getattr(c, "__name__", "") != "collection"]
+    _SAMPLING.clear()
+
+
+def model_cores(marks: dict[str, list[float]], start: float, end: float) -> float | None:
+    """Cores the model process kept busy from ``start`` to ``end``, between the samples
+    nearest outside them (within the process's life); None without two samples."""
+    at, used = marks.get("cpu_at", []), marks.get("cpu_s", [])
+    if len(at) < 2:
+        return None
+    first = max([i for i, t in enumerate(at) if t <= start] or [0])
+    last = min([i for i, t in enumerate(at) if t >= end] or [len(at) - 1])
+    span = at[last] - at[first]
+    return (used[last] - used[first]) / span if span > 0 else None
 
 
 def attribute(
@@ -82,6 +124,15 @@ def attribute(
     collected_ms = sum(b - a for a, b in zip(marks["gc"], marks["gc_end"], strict=True)) * 1e3
     start = ends_s[0] - gaps_ms[0] / 1e3 if ends_s else 0.0
     when = ", ".join(f"{end - start:.1f}" for _, end in long_gaps)
+    around = [model_cores(marks, a - 0.25, b + 0.25) for a, b in long_gaps]
+    busy = [cores for cores in around if cores is not None]
+    overall = model_cores(marks, start, ends_s[-1]) if ends_s else None
+    cpu = (
+        f"; the model process kept {np.mean(busy):.2f} cores busy around them, "
+        f"{overall:.2f} over the phase"
+        if busy and overall is not None
+        else ""
+    )
     return (
         f"gaps over {threshold_ms:.0f} ms: {len(long_gaps)} (ending {when} s into the phase); "
         f"a map display in {counts['map']}, "
@@ -90,5 +141,5 @@ def attribute(
         f"in {counts['reslice']}, none of these in {none} ({len(marks['map'])} maps, "
         f"{len(marks['progress'])} progress reports, {len(marks['slide'])} block refreshes, "
         f"{len(marks['reslice'])} re-slices; {len(marks['gc'])} collections, "
-        f"{collected_ms:.0f} ms)"
+        f"{collected_ms:.0f} ms){cpu}"
     )

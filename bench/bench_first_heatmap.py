@@ -28,7 +28,11 @@ worst against worst, p99 against p99 over equal tick counts (the longer list cut
 shorter, per round), and the median of the per-pass worst gaps against each other.
 ``--threads`` runs the models in napari's own process instead (as before the model process).
 ``--slide-in-memory`` and ``--hide-partials`` take one cost out of the plugin's rounds (the
-slide's decoding, the partial maps' display) to show what it adds.
+slide's decoding, the partial maps' display) to show what it adds. ``--settings
+sync,sync-at-once`` interleaves rounds whose partial maps wait for a still view (the dock's
+way) with rounds that show each as it arrives. Each setting also says what its long gaps held
+(a map display, a progress report, a garbage collection, a refresh for decoded slide blocks,
+napari re-slicing the slide as the view moves: ``_gap_marks.py``).
 Needs a display (run it under tools/with_display.sh).
 """
 
@@ -237,9 +241,12 @@ def _floor_round(app, probe, levels, scale, metadata, passes: int) -> dict[str, 
     return gaps
 
 
-def plugin_round(app, probe, slide_path: Path, features: Path, stacks=None) -> dict[str, object]:
+def plugin_round(
+    app, probe, slide_path: Path, features: Path, stacks=None, partials_at_once: bool = False
+) -> dict[str, object]:
     """The plugin: open, dock, Run after a second (model not loaded), pan until complete,
-    then the re-prompts; ``stacks`` (a GapStacks) samples the first heatmap."""
+    then the re-prompts; ``stacks`` (a GapStacks) samples the first heatmap;
+    ``partials_at_once``: each partial map is shown as it arrives, even mid-pan."""
     import npe2
 
     from napari_medvl._heatmap_job import FeatureCache
@@ -263,6 +270,9 @@ def plugin_round(app, probe, slide_path: Path, features: Path, stacks=None) -> d
         result["dock"] = list(probe.gaps_ms)
         _settle(app, max(0.0, RUN_AFTER_DOCK_S - 0.5))
         marks = mark_heatmap_work(viewer, widget)
+        if partials_at_once:
+            pacer = widget.presenter.partial_pacer
+            pacer.still_ms = pacer.max_wait_ms = 0
         probe.start()
         if stacks is not None:
             stacks.start()
@@ -364,14 +374,15 @@ class Setting:
 
 
 def settings_against_each_other(done: dict[str, Setting]) -> list[str]:
-    """Async against sync: first-heatmap worst and p99 gaps, and each one's ratios to its
-    floor (equal passes), side by side."""
-    if not {"sync", "async"} <= set(done):
+    """Each other setting against sync: first-heatmap worst and p99 gaps side by side."""
+    if "sync" not in done:
         return []
-    lines = ["async / sync, first heatmap, panning (rounds interleaved):"]
-    for name, pick in (("worst", max), ("p99", lambda gaps: np.percentile(gaps, 99))):
-        a, b = float(pick(done["async"].first.gaps)), float(pick(done["sync"].first.gaps))
-        lines.append(f"  {name:<6} async {a:7.1f} ms, sync {b:7.1f} ms: {a / b:5.2f}x")
+    lines = []
+    for other in (name for name in done if name != "sync"):
+        lines.append(f"{other} / sync, first heatmap, panning (rounds interleaved):")
+        for name, pick in (("worst", max), ("p99", lambda gaps: np.percentile(gaps, 99))):
+            a, b = float(pick(done[other].first.gaps)), float(pick(done["sync"].first.gaps))
+            lines.append(f"  {name:<6} {other} {a:7.1f} ms, sync {b:7.1f} ms: {a / b:5.2f}x")
     return lines
 
 
@@ -405,7 +416,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", action="store_true", help="models in napari's process")
     parser.add_argument(
-        "--settings", default="sync,async", help="sync,async (both, the default), sync or async"
+        "--settings",
+        default="sync,async",
+        help="sync,async (both, the default), sync or async; sync-at-once: sync slicing with "
+        "each partial map shown as it arrives, not when the view is still",
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="floor/plugin rounds")
     gap_stacks.add_arguments(parser, "first heatmap")
@@ -420,8 +434,8 @@ def main() -> None:
         help="diagnosis: the dock shows no partial map, only the complete one",
     )
     arguments = parser.parse_args()
-    if not set(arguments.settings.split(",")) <= {"sync", "async"}:
-        parser.error(f"--settings {arguments.settings}: name sync, async or sync,async")
+    if not set(arguments.settings.split(",")) <= {"sync", "async", "sync-at-once"}:
+        parser.error(f"--settings {arguments.settings}: name sync, async or sync-at-once")
     _diagnose(arguments.slide_in_memory, arguments.hide_partials)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["MEDVL_MODEL_PROCESS"] = "0" if arguments.threads else "1"
@@ -453,7 +467,9 @@ def main() -> None:
                 for name, setting in done.items():
                     settings.experimental.async_ = name == "async"
                     features = Path(scratch) / f"features-{name}-{index}"
-                    run = plugin_round(app, probe, slide_path, features, stacks)
+                    run = plugin_round(
+                        app, probe, slide_path, features, stacks, name == "sync-at-once"
+                    )
                     for line in run.get("stacks", []):  # type: ignore[attr-defined]
                         print(f"{name} round {index + 1}: {line}", flush=True)
                     run["load"] = _load()
