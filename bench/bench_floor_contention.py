@@ -4,8 +4,10 @@ The model process runs at nice 10 (``napari_medvl._worker_process.CHILD_NICENESS
 that the display's software rasteriser also draws with. This bench pans bare napari
 (``bench_first_heatmap.floor_round``: a 4096 x 4096 pyramid held in memory, no plugin, three
 passes along the heatmap bench's row) alone and beside one process at that niceness doing:
-a pure Python loop, a one-thread matrix product loop, and a loop importing torch and
-transformers in fresh processes (what a model process does first). Rounds alternate the
+a pure Python loop, a one-thread matrix product loop, a loop importing torch and
+transformers in fresh processes (what a model process does first), and a loop extracting the
+same slide's features with the demo encoder into a fresh store (what the model process does
+during a first heatmap: a reader thread decoding patches beside the encoder). Rounds alternate the
 phases. Prints worst, p99 and median gaps of each phase per round, and the worst and p99
 against the pan alone in the same round. Needs a display (run it under tools/with_display.sh):
 
@@ -37,16 +39,31 @@ BUSY = {
         "import subprocess, sys\n"
         "while True: subprocess.run([sys.executable, '-c', 'import torch, transformers'])"
     ),
+    "extraction": (
+        "import os, pathlib, tempfile\n"
+        "from medvl_engine.pathology import final, prompt_heatmap\n"
+        "while True:\n"
+        "    with tempfile.TemporaryDirectory() as folder:\n"
+        "        store = pathlib.Path(folder) / 'features.zarr'\n"
+        "        final(prompt_heatmap(os.environ['MEDVL_BENCH_SLIDE'], 'tumor', 'medvl-demo',\n"
+        "                             store_path=store, partials=False))"
+    ),
 }
 """Phase -> the busy process's Python code (None: the pan alone)."""
 
 
-def _busy(code: str, niceness: int) -> subprocess.Popen:
-    environment = dict(os.environ, OMP_NUM_THREADS="1")
+WARMUP_S = {"extraction": 8.0}
+"""Seconds a busy process runs before the pan (1 s unless named: the extraction's model loads)."""
+
+
+def _busy(code: str, niceness: int, slide_path: Path, warmup_s: float) -> subprocess.Popen:
+    environment = dict(
+        os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MEDVL_BENCH_SLIDE=str(slide_path)
+    )
     process = subprocess.Popen(
         ["nice", "-n", str(niceness), sys.executable, "-c", code], env=environment
     )
-    time.sleep(1.0)  # started and busy before the pan
+    time.sleep(warmup_s)  # started and busy before the pan
     return process
 
 
@@ -74,7 +91,8 @@ def main() -> None:
         for index in range(arguments.rounds):
             alone: tuple[float, float] | None = None
             for name, code in BUSY.items():
-                busy = _busy(code, arguments.niceness) if code else None
+                warmup_s = WARMUP_S.get(name, 1.0)
+                busy = _busy(code, arguments.niceness, slide_path, warmup_s) if code else None
                 try:
                     gaps = floor_round(
                         app, probe, levels, (float(mpp_y), float(mpp_x)), metadata, PASSES
