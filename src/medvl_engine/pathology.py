@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from medvl_engine.errors import DataError
-from medvl_engine.features.partial import MAX_UPDATE_INTERVAL_S
 from medvl_engine.prompts import (
     DEFAULT_TEMPLATES,
     check_classes,
@@ -147,7 +146,6 @@ def prompt_heatmap(
     cancel: Cancel = None,
     device: str = "cpu",
     update_interval_s: float = 0.5,
-    max_update_interval_s: float = MAX_UPDATE_INTERVAL_S,
 ) -> Generator[PromptMap, None, None]:
     """Score ``prompts`` on ``slide``: yields partial PromptMaps, the last one complete.
 
@@ -168,8 +166,8 @@ def prompt_heatmap(
     Features being computed give partial maps (``partials``; False: only the complete map,
     extracted in this thread): with ``view`` (x0, y0, x1, y1) level-0 px, or "tissue" for the
     tissue centre, the patches there first (one map after each small batch), then the rest in
-    a background thread (the first map ``update_interval_s`` after it starts, each next one
-    twice the wait before it, at most ``max_update_interval_s``). ``progress(done, total)``
+    a background thread (the first map ``update_interval_s`` after it starts, then ever more
+    apart: :meth:`PartialFeatures.fill`). ``progress(done, total)``
     reports patches with features; ``cancel`` (an Event or a callable) raises CancelledError
     at the next batch. The last map is complete and has ``top_n`` top patches.
     """
@@ -222,7 +220,6 @@ def prompt_heatmap(
                 progress=progress,
                 cancel=cancel,
                 interval_s=update_interval_s,
-                max_interval_s=max_update_interval_s,
             )
             try:
                 while True:
