@@ -20,12 +20,21 @@ from typing import Any
 
 import numpy as np
 
+LABELS = {
+    "map": "a map display",
+    "fill": "a result layer fill",
+    "progress": "a progress report",
+    "gc": "a garbage collection",
+    "slide": "a refresh for decoded slide blocks",
+    "reslice": "a napari re-slice of the slide",
+}
+"""What each kind of mark is, as ``attribute`` names it."""
 _SAMPLING = threading.Event()  # set while the model process's CPU time is sampled
 
 
 def mark_heatmap_work(viewer: Any, widget: Any) -> dict[str, list[float]]:
     """Timestamps (``time.perf_counter``) of the dock's map displays and progress reports."""
-    marks: dict[str, list[float]] = {"map": [], "progress": [], "slide": [], "reslice": []}
+    marks: dict[str, list[float]] = {"map": [], "slide": [], "reslice": []}
     for layer in viewer.layers:
         if layer.metadata.get("overlay_key") and type(layer).__name__ == "Image":
             layer.events.data.connect(lambda _event: marks["map"].append(time.perf_counter()))
@@ -39,7 +48,29 @@ def mark_heatmap_work(viewer: Any, widget: Any) -> dict[str, list[float]]:
                 return _refresh(*args, **kwargs)
 
             layer.refresh = refreshed
+    _mark_jobs(marks, widget)
+    return marks
+
+
+def mark_topk_work(widget: Any) -> dict[str, list[float]]:
+    """Timestamps of the TopK dock's result layer fills (one per event-loop turn) and
+    progress reports, garbage collections and the model process's CPU time."""
+    marks: dict[str, list[float]] = {"fill": []}
+    presenter = widget.presenter
+    fill_next = presenter._fill_next_layer
+
+    def fill() -> None:
+        marks["fill"].append(time.perf_counter())
+        fill_next()
+
+    presenter._fill_next_layer = fill
+    _mark_jobs(marks, widget)
+    return marks
+
+
+def _mark_jobs(marks: dict[str, list[float]], widget: Any) -> None:
     shown = widget.runner.after_progress
+    marks["progress"] = []
 
     def progress(report: Any) -> None:
         marks["progress"].append(time.perf_counter())
@@ -63,7 +94,6 @@ def mark_heatmap_work(viewer: Any, widget: Any) -> dict[str, list[float]]:
     marks["cpu_at"], marks["cpu_s"] = [], []
     _SAMPLING.set()
     threading.Thread(target=_sample_model_cpu, args=(marks,), daemon=True).start()
-    return marks
 
 
 def _sample_model_cpu(marks: dict[str, list[float]]) -> None:
@@ -118,7 +148,7 @@ def attribute(
             return any(a <= end and b >= start for a, b in spans)
         return any(start <= mark <= end for mark in marks.get(kind, []))
 
-    kinds = ("map", "progress", "gc", "slide", "reslice")
+    kinds = [kind for kind in LABELS if kind in marks]
     counts = {kind: sum(holds(kind, *span) for span in long_gaps) for kind in kinds}
     none = sum(not any(holds(kind, *span) for kind in kinds) for span in long_gaps)
     collected_ms = sum(b - a for a, b in zip(marks["gc"], marks["gc_end"], strict=True)) * 1e3
@@ -133,13 +163,9 @@ def attribute(
         if busy and overall is not None
         else ""
     )
+    held = ", ".join(f"{LABELS[kind]} in {counts[kind]}" for kind in kinds)
+    seen = ", ".join(f"{LABELS[kind].split(' ', 1)[1]}: {len(marks[kind])}" for kind in kinds)
     return (
         f"gaps over {threshold_ms:.0f} ms: {len(long_gaps)} (ending {when} s into the phase); "
-        f"a map display in {counts['map']}, "
-        f"a progress report in {counts['progress']}, a garbage collection in {counts['gc']}, "
-        f"a refresh for decoded slide blocks in {counts['slide']}, napari re-slicing the slide "
-        f"in {counts['reslice']}, none of these in {none} ({len(marks['map'])} maps, "
-        f"{len(marks['progress'])} progress reports, {len(marks['slide'])} block refreshes, "
-        f"{len(marks['reslice'])} re-slices; {len(marks['gc'])} collections, "
-        f"{collected_ms:.0f} ms){cpu}"
+        f"{held}, none of these in {none} ({seen}; {collected_ms:.0f} ms collecting){cpu}"
     )

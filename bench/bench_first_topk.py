@@ -23,8 +23,10 @@ torch), worst and p99 gaps of each phase, and the target ratios both ways, with 
 behind each: first TopK worst <= 2x floor worst, p99 <= 1.5x floor p99, the median of the
 per-pass worst gaps; second breast worst <= 2x floor worst; dock opening worst <= 2x the
 floor's adding of the same layers; and the first TopK against the floor panned with the dock's
-layers in the viewer too (the plugin's viewer holds them while it pans). Needs a display
-(run it under tools/with_display.sh):
+layers in the viewer too (the plugin's viewer holds them while it pans); then what each
+round's long gaps held (a result layer fill, a progress report, a garbage collection, and the
+cores the model process kept busy around them: ``_gap_marks.py``). Needs a display (run it
+under tools/with_display.sh):
 
     tools/with_display.sh .venv/bin/python bench/bench_first_topk.py --rounds 2 [--threads]
 """
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import _gap_stacks as gap_stacks  # noqa: E402
+from _gap_marks import attribute, mark_topk_work, stop_marking  # noqa: E402
 from bench_first_heatmap import (  # noqa: E402
     FLOOR_PASSES,
     PAN_STEP_PX,
@@ -182,6 +185,7 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
         result["dock"] = list(probe.gaps_ms)
         result["dock_layers"] = [_plain(layer) for layer in viewer.layers if layer not in before]
         _settle(app, max(0.0, RUN_AFTER_DOCK_S - 0.5))
+        marks = mark_topk_work(widget)
         probe.start()
         if stacks is not None:
             stacks.start()
@@ -199,6 +203,8 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
             stacks.stop()
             result["stacks"] = stacks.report(focus=stacks.focus)
         result["first"], result["ends"] = list(probe.gaps_ms), ends
+        result["first_ends"], result["marks"] = list(probe.ends_s), marks
+        stop_marking()
         result["first_s"], result["passes"] = time.perf_counter() - started, len(ends)
         if widget.runner.last_error is not None:
             raise widget.runner.last_error
@@ -283,12 +289,13 @@ def main() -> None:
         skipping: list[float] = []
         layers: list[float] = []
         plugin: dict[str, list[float]] = {"dock": [], "second": []}
-        details = []
+        details, runs = [], []
         for index in range(arguments.rounds):
             run = plugin_round(app, probe, paths, stacks)
             for key in plugin:
                 plugin[key].extend(run[key])  # type: ignore[arg-type]
             first.add(run["first"], run["ends"])  # type: ignore[arg-type]
+            runs.append(run)
             passes = int(run["passes"])  # type: ignore[call-overload]
             floor = floor_round(app, probe, run["views"], run["dock_layers"], passes)  # type: ignore[arg-type]
             gaps, ends = floor["pan"], floor["ends"]
@@ -327,6 +334,11 @@ def main() -> None:
             second, plugin["dock"], layers, floor_old, floor_fair, "second breast"
         ):
             print(line)
+        threshold = 1.5 * float(np.percentile(floor_fair.gaps, 99))
+        print("  first TopK, what its long gaps held (1.5x the floor's p99):")
+        for index, run in enumerate(runs):
+            said = attribute(run["first"], run["first_ends"], run["marks"], threshold)  # type: ignore[arg-type]
+            print(f"    round {index + 1}: {said}")
 
 
 if __name__ == "__main__":
