@@ -55,13 +55,18 @@ def mark_heatmap_work(viewer: Any, widget: Any) -> dict[str, list[float]]:
 def mark_topk_work(widget: Any) -> dict[str, list[float]]:
     """Timestamps of the TopK dock's result layer fills (one per event-loop turn) and
     progress reports, garbage collections and the model process's CPU time."""
-    marks: dict[str, list[float]] = {"fill": []}
+    marks: dict[str, list[Any]] = {"fill": [], "fill_ms": [], "fill_name": []}
     presenter = widget.presenter
     fill_next = presenter._fill_next_layer
 
     def fill() -> None:
+        queued = len(presenter._queued)
+        name = presenter._queued[0][1]["name"] if queued else "nothing queued"
         marks["fill"].append(time.perf_counter())
         fill_next()
+        marks["fill_ms"].append((time.perf_counter() - marks["fill"][-1]) * 1e3)
+        shown_only = queued and len(presenter._queued) == queued  # its pending layer shown
+        marks["fill_name"].append(f"{name} shown" if shown_only else f"{name} filled")
 
     presenter._fill_next_layer = fill
     _mark_jobs(marks, widget)
@@ -112,6 +117,22 @@ def _sample_model_cpu(marks: dict[str, list[float]]) -> None:
             marks["cpu_at"].append(time.perf_counter())
             marks["cpu_s"].append(used)
         time.sleep(0.1)
+
+
+def fill_costs(gaps_ms: list[float], ends_s: list[float], marks: dict[str, list[Any]]) -> str:
+    """``importance CC filled 12 ms (gap 60 ms), ...``: the GUI thread's time in each turn of
+    the result's fill (a pending layer shown, a layer filled) and the probe's gap that held
+    it (the turn and, often, the draw it asked for)."""
+    said = []
+    for at, cost, name in zip(marks["fill"], marks["fill_ms"], marks["fill_name"], strict=True):
+        held = [
+            gap for gap, end in zip(gaps_ms, ends_s, strict=True) if end - gap / 1e3 <= at <= end
+        ]
+        role = " ".join(name.split(" ")[-3:])
+        said.append(
+            f"{role} {cost:.0f} ms (gap {held[0]:.0f} ms)" if held else f"{role} {cost:.0f} ms"
+        )
+    return ", ".join(said)
 
 
 def stop_marking() -> None:

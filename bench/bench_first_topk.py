@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import _gap_stacks as gap_stacks  # noqa: E402
-from _gap_marks import attribute, mark_topk_work, stop_marking  # noqa: E402
+from _gap_marks import attribute, fill_costs, mark_topk_work, stop_marking  # noqa: E402
 from bench_first_heatmap import (  # noqa: E402
     FLOOR_PASSES,
     PAN_STEP_PX,
@@ -339,6 +339,8 @@ def main() -> None:
         for index, run in enumerate(runs):
             said = attribute(run["first"], run["first_ends"], run["marks"], threshold)  # type: ignore[arg-type]
             print(f"    round {index + 1}: {said}")
+            costs = fill_costs(run["first"], run["first_ends"], run["marks"])  # type: ignore[arg-type]
+            print(f"      its fills, each one's time on the GUI thread: {costs}")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ class ClassifyForm(PathologyForm):
             results=[self.ranking, self.shown_class],
         )
         self.colorbar = ColorBar()
-        self.native.layout().addWidget(self.colorbar)
+        self.add_qt_widget(self.colorbar)
 
     def _class_choices(self, _widget: Any = None) -> list[str]:
         """A callable, so napari's reset keeps them."""

@@ -15,16 +15,15 @@ from magicgui.types import FileDialogMode
 from magicgui.widgets import (
     CheckBox,
     ComboBox,
-    Container,
     FileEdit,
     FloatSlider,
     FloatSpinBox,
     LineEdit,
     SpinBox,
 )
-from magicgui.widgets.bases import Widget
 
 from napari_medvl._colorbar import ColorBar
+from napari_medvl._scrolling_form import ScrollingForm
 from napari_medvl._widget_common import JobControls
 
 __all__ = ["BLENDINGS", "DEFAULT_MODEL", "HeatmapForm"]
@@ -36,7 +35,7 @@ MODEL_TOOLTIP = "A registered encoder, a model folder or a Hugging Face id."
 Choices = list[tuple[str, Any]]
 
 
-class HeatmapForm(Container[Widget]):
+class HeatmapForm(ScrollingForm):
     """Inputs (slide, model, prompts, features, mode, normalisation, top patches), the job
     controls, the history list, the overlay style and the colour bar of the heatmap dock."""
 
@@ -138,7 +137,7 @@ class HeatmapForm(Container[Widget]):
                 self.threshold,
             ]
         )
-        self.native.layout().addWidget(self.colorbar)
+        self.add_qt_widget(self.colorbar)
         self._fix_sizes()
         self.normalization.changed.connect(self._normalization_changed)
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from magicgui.types import FileDialogMode
-from magicgui.widgets import ComboBox, Container, FileEdit, TextEdit
+from magicgui.widgets import ComboBox, FileEdit, TextEdit
 from magicgui.widgets.bases import Widget
 
 from napari_medvl._model_picker import ModelPicker
 from napari_medvl._notify import report_error
+from napari_medvl._scrolling_form import ScrollingForm
 from napari_medvl._slide_layers import SLIDE_KIND
 from napari_medvl._widget_common import JobControls, layers_of_kind
 from napari_medvl._worker_process import attach_viewer
@@ -48,7 +49,7 @@ RequestT = TypeVar("RequestT")
 OutcomeT = TypeVar("OutcomeT")
 
 
-class PathologyForm(Container[Widget]):
+class PathologyForm(ScrollingForm):
     """Slide, model, classes (custom or a preset), ``options``, optional features, the job
     controls, then ``results``; :meth:`preset_text` fills the class lines from a preset."""
 

@@ -44,7 +44,7 @@ class SegmentForm(PathologyForm):
             results=[self.table],
         )
         self.legend = ClassLegend()
-        self.native.layout().addWidget(self.legend)
+        self.add_qt_widget(self.legend)
 
     def preset_text(self, name: str) -> str:
         """Organ preset ``name`` as ``class=synonym, synonym`` lines."""

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from magicgui.widgets import ComboBox, Container, Label, PushButton, SpinBox, TextEdit
-from magicgui.widgets.bases import Widget
 
 from napari_medvl._colorbar import ColorBar
 from napari_medvl._model_picker import ModelPicker
+from napari_medvl._scrolling_form import ScrollingForm
 from napari_medvl._widget_common import JobControls
 
 __all__ = ["DEFAULT_MODEL", "K_LIMIT_UNKNOWN", "TopKForm"]
@@ -27,7 +27,7 @@ K_LIMIT_UNKNOWN = 256
 Choices = list[tuple[str, Any]]
 
 
-class TopKForm(Container[Widget]):
+class TopKForm(ScrollingForm):
     """CC and MLO choices, model, K, VOI, the hanging buttons, job controls, zero-shot
     readouts and colour bar of the TopK dock."""
 
@@ -66,7 +66,7 @@ class TopKForm(Container[Widget]):
             ]
         )
         self.colorbar = ColorBar()
-        self.native.layout().addWidget(self.colorbar)
+        self.add_qt_widget(self.colorbar)
 
     def _mammogram_choices(self, _widget: Any = None) -> Choices:
         return self._mammogram_source()

@@ -109,26 +109,22 @@ class TopKPresenter:
         return bool(self._queued)
 
     def _fill_next_layer(self) -> None:
-        """Fill one result layer (its pending layer, renamed, or the same-named layer of an
-        earlier result; added only when neither exists), then let the event loop run before
-        the next one."""
+        """Fill one result layer (its pending layer, renamed and shown in a turn before, or
+        the same-named layer of an earlier result; added only when neither exists), then let
+        the event loop run before the next one."""
         if not viewer_open(self._viewer):
             self._queued.clear()
         if not self._queued:
             return
-        layer_data = self._queued.pop(0)
-        name = layer_data[1]["name"]
+        name = self._queued[0][1]["name"]
         waiting = self._pending_layer(name)
-        if waiting is not None and name not in self._viewer.layers:
-            waiting.name = name
-        if waiting is not None and not waiting.visible:  # hidden while pending
-            block = getattr(waiting, "_block_refresh", None)  # the fill below refreshes it
-            if block is None:
-                waiting.visible = True
-            else:
-                with block():
-                    waiting.visible = True
-        upsert_layer(self._viewer, layer_data)
+        if waiting is not None and (name not in self._viewer.layers or not waiting.visible):
+            if name not in self._viewer.layers:
+                waiting.name = name
+            waiting.visible = True  # at opacity 0 still; napari rebuilds its scene graph
+            later(self.form.native, 0, self._fill_next_layer)  # the fill: a turn of its own
+            return
+        upsert_layer(self._viewer, self._queued.pop(0))
         if self._queued:
             later(self.form.native, 0, self._fill_next_layer)
 

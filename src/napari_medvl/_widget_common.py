@@ -62,7 +62,11 @@ def upsert_layer(viewer: napari.Viewer, layer_data: LayerData) -> Any:
     name = kwargs.get("name")
     existing = next((layer for layer in viewer.layers if layer.name == name), None)
     if existing is not None and type(existing).__name__.lower() == layer_type:
-        if _update_in_place(existing, data, kwargs, layer_type):
+        from napari_medvl._napari_compat import one_dims_update
+
+        with one_dims_update(viewer, existing):
+            updated = _update_in_place(existing, data, kwargs, layer_type)
+        if updated:
             return existing
         viewer.layers.remove(existing)
     return add_layer(viewer, layer_data)

@@ -14,7 +14,7 @@ from napari_medvl._napari_compat import (
     prerender_glyphs,
     skip_draw_updates_while_hidden,
 )
-from napari_medvl._widget_common import add_layer
+from napari_medvl._widget_common import add_layer, upsert_layer
 
 RECTANGLES = (
     [[[10.0, 10.0], [10.0, 50.0], [50.0, 50.0], [50.0, 10.0]]],
@@ -55,6 +55,7 @@ def test_an_unknown_version_leaves_napari_unpatched_and_says_so_once(
         layer = add_layer(viewer, RECTANGLES)
         assert keep_mesh_shaders(viewer, layer) is False
         prerender_glyphs(viewer.window._qt_window, viewer)
+        upsert_layer(viewer, (RECTANGLES[0], {**RECTANGLES[1], "name": layer.name}, "shapes"))
     assert stored.is_set()  # nothing to wait for: napari makes glyphs at first draw
     qtbot.wait(200)  # a prerender would have stored its glyphs by now
     assert label_glyphs and not label_glyphs & set(font._glyphs)
@@ -96,3 +97,26 @@ def test_a_hidden_layer_skips_the_draw_update_and_is_updated_by_the_draw_after_i
     assert ours.scale_factor == before  # napari updated the bare hidden layer, not ours
     ours.visible = True
     qtbot.waitUntil(lambda: ours.scale_factor == pytest.approx(1 / camera.zoom), timeout=5000)
+
+
+def test_a_layer_filled_in_place_updates_the_viewers_dims_once_and_to_its_new_extent(
+    make_napari_viewer, monkeypatch
+):
+    import numpy as np
+
+    viewer = make_napari_viewer()
+    viewer.add_image(np.zeros((100, 100), dtype=np.float32))
+    layer = add_layer(viewer, (RECTANGLES[0], {**RECTANGLES[1], "name": "boxes"}, "shapes"))
+    updates: list[int] = []
+    handler = type(viewer)._on_layers_change
+    monkeypatch.setattr(
+        type(viewer), "_on_layers_change", lambda self: updates.append(1) or handler(self)
+    )
+    layer.data = [(np.array([[10.0, 10.0], [10.0, 60.0], [60.0, 60.0], [60.0, 10.0]]), "rectangle")]
+    assert len(updates) == 2  # napari itself: before and after the new rectangles
+    updates.clear()
+    far = [[[20.0, 20.0], [20.0, 400.0], [300.0, 400.0], [300.0, 20.0]]]
+    assert upsert_layer(viewer, (far, {**RECTANGLES[1], "name": "boxes"}, "shapes")) is layer
+    assert updates == [1]
+    y_range, x_range = viewer.dims.range
+    assert y_range.stop >= 300.0 and x_range.stop >= 400.0  # the viewer can reach the new box
