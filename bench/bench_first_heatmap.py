@@ -52,7 +52,13 @@ import numpy as np  # noqa: E402
 
 import _gap_stacks as gap_stacks  # noqa: E402
 from _gap_marks import attribute, mark_heatmap_work, stop_marking  # noqa: E402
-from bench_plugin_stalls import _settle, bench_viewer, write_j2k_pyramid  # noqa: E402
+from bench_plugin_stalls import (  # noqa: E402
+    _settle,
+    bench_viewer,
+    canvas_size,
+    stand_in_dock,
+    write_j2k_pyramid,
+)
 
 ROUNDS = 2
 FLOOR_PASSES = 4
@@ -207,24 +213,29 @@ def other_ratios(
     ]
 
 
-def floor_round(app, probe, levels, scale, metadata, passes: int) -> dict[str, object]:
-    """Bare napari with its default, synchronous slicing: pan the in-memory pyramid for
-    max(FLOOR_PASSES, ``passes``) passes (the first FLOOR_PASSES alone are the old floor), then
-    add the dock's two layers."""
+def floor_round(
+    app, probe, levels, scale, metadata, passes: int, canvas: tuple[int, int]
+) -> dict[str, object]:
+    """Bare napari with its default, synchronous slicing, a blank dock narrowing its canvas to
+    the plugin's ``canvas`` size: pan the in-memory pyramid for max(FLOOR_PASSES, ``passes``)
+    passes (the first FLOOR_PASSES alone are the old floor), then add the dock's two layers."""
     from napari.settings import get_settings
 
     settings = get_settings()
     chosen = settings.experimental.async_
     settings.experimental.async_ = False  # bare napari's default
     try:
-        return _floor_round(app, probe, levels, scale, metadata, passes)
+        return _floor_round(app, probe, levels, scale, metadata, passes, canvas)
     finally:
         settings.experimental.async_ = chosen
 
 
-def _floor_round(app, probe, levels, scale, metadata, passes: int) -> dict[str, object]:
+def _floor_round(
+    app, probe, levels, scale, metadata, passes: int, canvas: tuple[int, int]
+) -> dict[str, object]:
     gaps: dict[str, object] = {}
     with bench_viewer() as viewer:
+        gaps["canvas"] = stand_in_dock(viewer, app, canvas)
         viewer.add_image(levels, multiscale=True, rgb=True, scale=scale, name="in memory")
         _start_pan(viewer, app)
         probe.start()
@@ -267,7 +278,7 @@ def plugin_round(
             _settle(app, 0.05)
         _settle(app, 0.5)
         probe.stop()
-        result["dock"] = list(probe.gaps_ms)
+        result["dock"], result["canvas"] = list(probe.gaps_ms), canvas_size(viewer)
         _settle(app, max(0.0, RUN_AFTER_DOCK_S - 0.5))
         marks = mark_heatmap_work(viewer, widget)
         if partials_at_once:
@@ -349,7 +360,8 @@ class Setting:
         self.details.append(
             f"round {len(self.details) + 1}: first heatmap {run['first_s']:.1f} s over "
             f"{passes} pan passes; torch in napari's process: {run['torch']}; load "
-            f"{run['load']}"
+            f"{run['load']}; canvas (h x w) plugin {run['canvas'][0]} x {run['canvas'][1]}, "
+            f"floor {floor['canvas'][0]} x {floor['canvas'][1]} px"
         )
 
     def report(self, rounds: int) -> list[str]:
@@ -473,7 +485,9 @@ def main() -> None:
                     for line in run.get("stacks", []):  # type: ignore[attr-defined]
                         print(f"{name} round {index + 1}: {line}", flush=True)
                     run["load"] = _load()
-                    floor = floor_round(app, probe, levels, scale, metadata, int(run["passes"]))
+                    floor = floor_round(
+                        app, probe, levels, scale, metadata, int(run["passes"]), run["canvas"]
+                    )
                     setting.add_round(run, floor)
         finally:
             settings.experimental.async_ = async_before

@@ -58,7 +58,7 @@ from bench_first_heatmap import (  # noqa: E402
     comparison_table,
     other_ratios,
 )
-from bench_plugin_stalls import _settle, bench_viewer  # noqa: E402
+from bench_plugin_stalls import _settle, bench_viewer, canvas_size, stand_in_dock  # noqa: E402
 
 ROUNDS = 2
 FIRST_TOPK_CAP_S = 240.0
@@ -182,7 +182,7 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
             if len(viewer.layers) != count:
                 count, changed = len(viewer.layers), time.perf_counter()
         probe.stop()
-        result["dock"] = list(probe.gaps_ms)
+        result["dock"], result["canvas"] = list(probe.gaps_ms), canvas_size(viewer)
         result["dock_layers"] = [_plain(layer) for layer in viewer.layers if layer not in before]
         _settle(app, max(0.0, RUN_AFTER_DOCK_S - 0.5))
         marks = mark_topk_work(widget)
@@ -222,16 +222,20 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
     return result
 
 
-def floor_round(app, probe, views: list, dock_layers: list, passes: int) -> dict[str, object]:
-    """Bare napari: the same views in memory panned along the same path for
-    max(FLOOR_PASSES, ``passes``) passes, then the dock's layers added, then ``passes`` passes
-    more with them in the viewer (the plugin pans its first TopK with them there), and as many
-    again with the hidden ones skipping napari's per-draw update, as the plugin's layers do
+def floor_round(
+    app, probe, views: list, dock_layers: list, passes: int, canvas: tuple[int, int]
+) -> dict[str, object]:
+    """Bare napari, a blank dock narrowing its canvas to the plugin's ``canvas`` size: the
+    same views in memory panned along the same path for max(FLOOR_PASSES, ``passes``) passes,
+    then the dock's layers added, then ``passes`` passes more with them in the viewer (the
+    plugin pans its first TopK with them there), and as many again with the hidden ones
+    skipping napari's per-draw update, as the plugin's layers do
     (``_napari_compat.skip_draw_updates_while_hidden``)."""
     from napari.layers import Layer
 
     gaps: dict[str, object] = {}
     with bench_viewer() as viewer:
+        gaps["canvas"] = stand_in_dock(viewer, app, canvas)
         for data in views:
             viewer.add_layer(Layer.create(*data))
         path = _pan_path(viewer, app)
@@ -297,7 +301,7 @@ def main() -> None:
             first.add(run["first"], run["ends"])  # type: ignore[arg-type]
             runs.append(run)
             passes = int(run["passes"])  # type: ignore[call-overload]
-            floor = floor_round(app, probe, run["views"], run["dock_layers"], passes)  # type: ignore[arg-type]
+            floor = floor_round(app, probe, run["views"], run["dock_layers"], passes, run["canvas"])  # type: ignore[arg-type]
             gaps, ends = floor["pan"], floor["ends"]
             floor_old.add(gaps[: ends[FLOOR_PASSES - 1]], ends[:FLOOR_PASSES])  # type: ignore[index]
             floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])  # type: ignore[index]
@@ -307,7 +311,9 @@ def main() -> None:
             details.append(
                 f"round {index + 1}: first TopK {run['first_s']:.1f} s over {passes} pan "
                 f"passes; TopK ran in {run['where']}; "
-                f"{len(run['dock_layers'])} layers added by the dock"  # type: ignore[arg-type]
+                f"{len(run['dock_layers'])} layers added by the dock; canvas (h x w) "  # type: ignore[arg-type]
+                f"plugin {run['canvas'][0]} x {run['canvas'][1]}, "  # type: ignore[index]
+                f"floor {floor['canvas'][0]} x {floor['canvas'][1]} px"  # type: ignore[index]
             )
             details.extend(f"  {line}" for line in run.get("stacks", []))  # type: ignore[attr-defined]
         print(f"{arguments.rounds} rounds, plugin and floor alternated:")

@@ -94,6 +94,31 @@ def bench_viewer(size: tuple[int, int] = BENCH_WINDOW) -> Iterator[object]:
                 setattr(application, name, value)
 
 
+def canvas_size(viewer) -> tuple[int, int]:
+    """(height, width) of the viewer's canvas in screen px."""
+    height, width = viewer.window._qt_viewer.canvas.size
+    return int(height), int(width)
+
+
+def stand_in_dock(viewer, app, size: tuple[int, int]) -> tuple[int, int]:
+    """Dock a blank widget on the right, as wide as makes the canvas ``size`` (height, width):
+    bare napari then draws as many canvas px as the plugin's viewer, whose dock narrows its
+    canvas (drawing on a software-rendered display costs more the more px the canvas has).
+    Returns the canvas size reached."""
+    from qtpy.QtWidgets import QWidget
+
+    blank = QWidget()
+    viewer.window.add_dock_widget(blank, name="stand-in for the plugin's dock", area="right")
+    _settle(app, 0.2)
+    for _ in range(6):
+        width = canvas_size(viewer)[1]
+        if width == size[1]:
+            break
+        blank.setFixedWidth(max(1, blank.width() + width - size[1]))
+        _settle(app, 0.2)
+    return canvas_size(viewer)
+
+
 def write_j2k_pyramid(path: Path, size: int = 4096, tile: int = 240) -> Path:
     """An Aperio-style SVS of JPEG 2000 tiles with levels 1, 1/4 and 1/16 (as TCGA slides are
     stored), 0.5 um/px, synthetic tissue."""
