@@ -1,11 +1,14 @@
 """The first heatmap against bare napari's floor, measured interleaved in one run.
 
 Floor (bare napari, nothing of napari-medvl but the 10 ms stall probe): a viewer of the stall
-bench's window size shows the 4096 x 4096 pyramid of a JPEG 2000 SVS copied into memory (no
+bench's window size, a blank dock narrowing its canvas to the plugin's (the dock takes that
+width from the plugin's canvas), shows the 4096 x 4096 pyramid of a JPEG 2000 SVS copied into memory (no
 reads, no decoding) and is panned at level 0 back and forth along one row (40 steps of 120
 screen px, one every 40 ms, per pass); then the two layers the heatmap dock adds when it
 binds a slide (an empty heatmap image, a one-box shapes layer with a text label) are added
-to it, as napari calls.
+to it, as napari calls; then the plugin's complete map and top patches of that round replace
+them and the floor pans as many passes as the plugin phase took ("floor showing the complete
+map": the view the plugin draws once its maps arrive).
 Plugin: a fresh viewer of the same size opens the same SVS with the plugin's reader, docks the
 heatmap dock (adding its overlay layers: "dock opening"), clicks Run one second later with
 the model NOT loaded (the model process is stopped before each round, so it starts, loads
@@ -170,6 +173,12 @@ def _start_pan(viewer, app) -> None:
     _settle(app, 1.0)
 
 
+def _plain(layer) -> tuple:
+    """A layer as napari layer data without the plugin's metadata (for the bare floor)."""
+    data, state, kind = layer.as_layer_data_tuple()
+    return data, {key: value for key, value in state.items() if key != "metadata"}, kind
+
+
 def _pending_layers(slide_layer_metadata: dict) -> list:
     """The dock's two pending overlay layers for the slide, as napari layer data."""
     from napari_medvl._heatmap_overlay import overlay_key, pending_boxes_layer, pending_image_layer
@@ -214,24 +223,26 @@ def other_ratios(
 
 
 def floor_round(
-    app, probe, levels, scale, metadata, passes: int, canvas: tuple[int, int]
+    app, probe, levels, scale, metadata, passes: int, canvas: tuple[int, int], map_layers: list
 ) -> dict[str, object]:
     """Bare napari with its default, synchronous slicing, a blank dock narrowing its canvas to
     the plugin's ``canvas`` size: pan the in-memory pyramid for max(FLOOR_PASSES, ``passes``)
-    passes (the first FLOOR_PASSES alone are the old floor), then add the dock's two layers."""
+    passes (the first FLOOR_PASSES alone are the old floor), then add the dock's two layers;
+    then ``passes`` passes more showing ``map_layers`` (the plugin's complete map and top
+    patches) over the slide, as the plugin's view does once its maps arrive."""
     from napari.settings import get_settings
 
     settings = get_settings()
     chosen = settings.experimental.async_
     settings.experimental.async_ = False  # bare napari's default
     try:
-        return _floor_round(app, probe, levels, scale, metadata, passes, canvas)
+        return _floor_round(app, probe, levels, scale, metadata, passes, canvas, map_layers)
     finally:
         settings.experimental.async_ = chosen
 
 
 def _floor_round(
-    app, probe, levels, scale, metadata, passes: int, canvas: tuple[int, int]
+    app, probe, levels, scale, metadata, passes: int, canvas: tuple[int, int], map_layers: list
 ) -> dict[str, object]:
     gaps: dict[str, object] = {}
     with bench_viewer() as viewer:
@@ -249,6 +260,15 @@ def _floor_round(
         _settle(app, 0.5)
         probe.stop()
         gaps["layers"] = list(probe.gaps_ms)
+        for layer in list(viewer.layers)[1:]:
+            viewer.layers.remove(layer)
+        for data, kwargs, layer_type in map_layers:  # what the plugin's view shows at the end
+            getattr(viewer, f"add_{layer_type}")(data, **kwargs)
+        _start_pan(viewer, app)
+        probe.start()
+        gaps["ends_map"] = pan_passes(viewer, app, probe, passes)
+        probe.stop()
+        gaps["pan_map"] = list(probe.gaps_ms)
     return gaps
 
 
@@ -299,6 +319,11 @@ def plugin_round(
         if stacks is not None:
             stacks.stop()
             result["stacks"] = stacks.report(focus=stacks.focus)
+        result["map_layers"] = [
+            _plain(overlay)
+            for overlay in viewer.layers
+            if overlay.metadata.get("overlay_key") and len(overlay.data)
+        ]
         result["first"] = list(probe.gaps_ms)
         result["first_ends"] = list(probe.ends_s)
         stop_marking()
@@ -345,6 +370,7 @@ class Setting:
     reprompt: list[float] = field(default_factory=list)
     details: list[str] = field(default_factory=list)
     first_runs: list[dict] = field(default_factory=list)  # each round's gaps, ends and marks
+    floor_map: Pans = field(default_factory=Pans)  # the floor showing the plugin's final map
 
     def add_round(self, run: dict, floor: dict) -> None:
         """One plugin round and the floor round measured right after it."""
@@ -357,6 +383,7 @@ class Setting:
         self.floor_old.add(gaps[: ends[FLOOR_PASSES - 1]], ends[:FLOOR_PASSES])
         self.floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])
         self.layers.extend(floor["layers"])
+        self.floor_map.add(floor["pan_map"], floor["ends_map"])
         self.details.append(
             f"round {len(self.details) + 1}: first heatmap {run['first_s']:.1f} s over "
             f"{passes} pan passes; torch in napari's process: {run['torch']}; load "
@@ -374,6 +401,16 @@ class Setting:
         lines.append(_line("plugin: first heatmap, panning", self.first.gaps))
         lines.append(_line(f"plugin: {len(REPROMPTS)} re-prompts' display", self.reprompt))
         lines += comparison_table(self.first, self.floor_old, self.floor_fair, "first heatmap")
+        (map_worst, map_p99), (first_worst, first_p99) = (
+            _stats(self.floor_map.gaps),
+            _stats(self.first.gaps),
+        )
+        lines.append(_line("floor: pan showing the complete map", self.floor_map.gaps))
+        lines.append(
+            "  first heatmap against the floor showing the complete map: worst "
+            f"{first_worst / map_worst:.2f}x, p99 {first_p99 / map_p99:.2f}x "
+            f"({len(self.first.gaps)}/{len(self.floor_map.gaps)} ticks)"
+        )
         lines += other_ratios(
             self.reprompt, self.dock, self.layers, self.floor_old, self.floor_fair
         )
@@ -486,7 +523,14 @@ def main() -> None:
                         print(f"{name} round {index + 1}: {line}", flush=True)
                     run["load"] = _load()
                     floor = floor_round(
-                        app, probe, levels, scale, metadata, int(run["passes"]), run["canvas"]
+                        app,
+                        probe,
+                        levels,
+                        scale,
+                        metadata,
+                        int(run["passes"]),
+                        run["canvas"],
+                        run["map_layers"],
                     )
                     setting.add_round(run, floor)
         finally:

@@ -12,7 +12,7 @@ round's dock starts without a model, torch stays imported after round 1), and pa
 result is drawn ("first TopK"); then Run on the R pair with the model loaded ("second
 breast": its layers were added when the dock opened, the result fills them).
 Floor (bare napari, nothing of napari-medvl but the 10 ms stall probe): a viewer of the same
-size shows the same four views as in-memory images where the plugin hung them, and is panned
+size, a blank dock narrowing its canvas to the plugin's, shows the same four views as in-memory images where the plugin hung them, and is panned
 along the same path; then the layers the dock added when it opened are added to it, as
 napari calls. The path: the CC row (y at the middle of the CC views, source px), zoomed so
 that ``PAN_STEPS`` steps of ``PAN_STEP_PX`` screen px cross the exam's width, back and forth.
