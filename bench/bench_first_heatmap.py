@@ -2,13 +2,13 @@
 
 Floor (bare napari, nothing of napari-medvl but the 10 ms stall probe): a viewer of the stall
 bench's window size, a blank dock narrowing its canvas to the plugin's (the dock takes that
-width from the plugin's canvas), shows the 4096 x 4096 pyramid of a JPEG 2000 SVS copied into memory (no
-reads, no decoding) and is panned at level 0 back and forth along one row (40 steps of 120
-screen px, one every 40 ms, per pass); then the two layers the heatmap dock adds when it
-binds a slide (an empty heatmap image, a one-box shapes layer with a text label) are added
-to it, as napari calls; then the plugin's complete map and top patches of that round replace
-them and the floor pans as many passes as the plugin phase took ("floor showing the complete
-map": the view the plugin draws once its maps arrive).
+width from the plugin's canvas), shows the 4096 x 4096 pyramid of a JPEG 2000 SVS copied into
+memory (no reads, no decoding) and is panned at level 0 back and forth along one row (40 steps
+of 120 screen px, one every 40 ms, per pass); then the two layers the heatmap dock adds when it
+binds a slide (an empty heatmap image, a one-box shapes layer with a text label) are added to
+it, as napari calls; then the plugin's complete map and top patches of that round replace them
+and the floor pans as many passes as the plugin phase took ("floor showing the complete map":
+the view the plugin draws once its maps arrive).
 Plugin: a fresh viewer of the same size opens the same SVS with the plugin's reader, docks the
 heatmap dock (adding its overlay layers: "dock opening"), clicks Run one second later with
 the model NOT loaded (the model process is stopped before each round, so it starts, loads

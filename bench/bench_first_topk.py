@@ -12,10 +12,11 @@ round's dock starts without a model, torch stays imported after round 1), and pa
 result is drawn ("first TopK"); then Run on the R pair with the model loaded ("second
 breast": its layers were added when the dock opened, the result fills them).
 Floor (bare napari, nothing of napari-medvl but the 10 ms stall probe): a viewer of the same
-size, a blank dock narrowing its canvas to the plugin's, shows the same four views as in-memory images where the plugin hung them, and is panned
-along the same path; then the layers the dock added when it opened are added to it, as
-napari calls. The path: the CC row (y at the middle of the CC views, source px), zoomed so
-that ``PAN_STEPS`` steps of ``PAN_STEP_PX`` screen px cross the exam's width, back and forth.
+size, a blank dock narrowing its canvas to the plugin's, shows the same four views as in-memory
+images where the plugin hung them, and is panned along the same path; then the layers the dock
+added when it opened are added to it, as napari calls. The path: the CC row (y at the middle of
+the CC views, source px), zoomed so that ``PAN_STEPS`` steps of ``PAN_STEP_PX`` screen px cross
+the exam's width, back and forth.
 Rounds alternate plugin and floor; the floor pans as many passes as the plugin phase took in
 its round (the first 4 passes alone: the floor as bench_first_heatmap first measured it).
 Prints which path the dock used (the model process or threads, from which process imported
@@ -23,7 +24,8 @@ torch), worst and p99 gaps of each phase, and the target ratios both ways, with 
 behind each: first TopK worst <= 2x floor worst, p99 <= 1.5x floor p99, the median of the
 per-pass worst gaps; second breast worst <= 2x floor worst; dock opening worst <= 2x the
 floor's adding of the same layers; and the first TopK against the floor panned with the dock's
-layers in the viewer too (the plugin's viewer holds them while it pans); then what each
+layers in the viewer too (the plugin's viewer holds them while it pans) and against the floor
+showing the first TopK's result (the view the plugin draws once it is filled in); then what each
 round's long gaps held (a result layer fill, a progress report, a garbage collection, and the
 cores the model process kept busy around them: ``_gap_marks.py``). Needs a display (run it
 under tools/with_display.sh):
@@ -203,6 +205,9 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
             stacks.stop()
             result["stacks"] = stacks.report(focus=stacks.focus)
         result["first"], result["ends"] = list(probe.gaps_ms), ends
+        result["result_view"] = [  # the dock's layers as the result left them
+            (_plain(layer), layer.visible) for layer in viewer.layers if layer not in before
+        ]
         result["first_ends"], result["marks"] = list(probe.ends_s), marks
         stop_marking()
         result["first_s"], result["passes"] = time.perf_counter() - started, len(ends)
@@ -223,14 +228,22 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
 
 
 def floor_round(
-    app, probe, views: list, dock_layers: list, passes: int, canvas: tuple[int, int]
+    app,
+    probe,
+    views: list,
+    dock_layers: list,
+    passes: int,
+    canvas: tuple[int, int],
+    result_view: list,
 ) -> dict[str, object]:
     """Bare napari, a blank dock narrowing its canvas to the plugin's ``canvas`` size: the
     same views in memory panned along the same path for max(FLOOR_PASSES, ``passes``) passes,
     then the dock's layers added, then ``passes`` passes more with them in the viewer (the
     plugin pans its first TopK with them there), and as many again with the hidden ones
     skipping napari's per-draw update, as the plugin's layers do
-    (``_napari_compat.skip_draw_updates_while_hidden``)."""
+    (``_napari_compat.skip_draw_updates_while_hidden``); then as many again with the dock's
+    layers as the plugin's first TopK left them (``result_view``: its result shown, the other
+    breast's layers hidden), the view the plugin draws once the result is filled in."""
     from napari.layers import Layer
 
     gaps: dict[str, object] = {}
@@ -265,6 +278,18 @@ def floor_round(
         _pan(viewer, app, probe, max(1, passes), path, skipping)
         probe.stop()
         gaps["pan_skipping"] = list(probe.gaps_ms)
+        for layer in list(viewer.layers)[len(views) :]:
+            viewer.layers.remove(layer)
+        for data, visible in result_view:  # the result shown, the other breast's still hidden
+            layer = viewer.add_layer(Layer.create(*data))
+            layer.visible = visible
+            skip_draw_updates_while_hidden(layer)
+        _settle(app, 0.5)
+        probe.start()
+        showing: list[int] = []
+        _pan(viewer, app, probe, max(1, passes), path, showing)
+        probe.stop()
+        gaps["pan_result"], gaps["ends_result"] = list(probe.gaps_ms), showing
     return gaps
 
 
@@ -290,6 +315,7 @@ def main() -> None:
             f"L MLO, then R; MEDVL_MODEL_PROCESS={os.environ['MEDVL_MODEL_PROCESS']}"
         )
         floor_old, floor_fair, floor_layers, first = Pans(), Pans(), Pans(), Pans()
+        floor_result = Pans()
         skipping: list[float] = []
         layers: list[float] = []
         plugin: dict[str, list[float]] = {"dock": [], "second": []}
@@ -301,13 +327,22 @@ def main() -> None:
             first.add(run["first"], run["ends"])  # type: ignore[arg-type]
             runs.append(run)
             passes = int(run["passes"])  # type: ignore[call-overload]
-            floor = floor_round(app, probe, run["views"], run["dock_layers"], passes, run["canvas"])  # type: ignore[arg-type]
+            floor = floor_round(
+                app,
+                probe,
+                run["views"],  # type: ignore[arg-type]
+                run["dock_layers"],  # type: ignore[arg-type]
+                passes,
+                run["canvas"],  # type: ignore[arg-type]
+                run["result_view"],  # type: ignore[arg-type]
+            )
             gaps, ends = floor["pan"], floor["ends"]
             floor_old.add(gaps[: ends[FLOOR_PASSES - 1]], ends[:FLOOR_PASSES])  # type: ignore[index]
             floor_fair.add(gaps[: ends[passes - 1]], ends[:passes])  # type: ignore[index]
             layers.extend(floor["layers"])  # type: ignore[arg-type]
             floor_layers.add(floor["pan_layers"], floor["ends_layers"])  # type: ignore[arg-type]
             skipping.extend(floor["pan_skipping"])  # type: ignore[arg-type]
+            floor_result.add(floor["pan_result"], floor["ends_result"])  # type: ignore[arg-type]
             details.append(
                 f"round {index + 1}: first TopK {run['first_s']:.1f} s over {passes} pan "
                 f"passes; TopK ran in {run['where']}; "
@@ -324,17 +359,22 @@ def main() -> None:
         print(_line("floor: adding the dock's layers", layers))
         print(_line("floor: pan with the dock's layers", floor_layers.gaps))
         print(_line("  the hidden ones skipping draw updates", skipping))
+        print(_line("floor: pan showing the first TopK's result", floor_result.gaps))
         print(_line("plugin: dock opening", plugin["dock"]))
         print(_line("plugin: first TopK, panning", first.gaps))
         print(_line("plugin: second breast's TopK", plugin["second"]))
         for line in comparison_table(first, floor_old, floor_fair, "first TopK"):
             print(line)
-        print(
-            "  first TopK against the floor with the dock's layers: worst "
-            f"{max(first.gaps) / max(floor_layers.gaps):.2f}x, p99 "
-            f"{np.percentile(first.gaps, 99) / np.percentile(floor_layers.gaps, 99):.2f}x "
-            f"({len(first.gaps)}/{len(floor_layers.gaps)} ticks)"
-        )
+        for name, floor_gaps in (
+            ("with the dock's layers", floor_layers.gaps),
+            ("showing the first TopK's result", floor_result.gaps),
+        ):
+            print(
+                f"  first TopK against the floor {name}: worst "
+                f"{max(first.gaps) / max(floor_gaps):.2f}x, p99 "
+                f"{np.percentile(first.gaps, 99) / np.percentile(floor_gaps, 99):.2f}x "
+                f"({len(first.gaps)}/{len(floor_gaps)} ticks)"
+            )
         second = plugin["second"]
         for line in other_ratios(
             second, plugin["dock"], layers, floor_old, floor_fair, "second breast"
