@@ -22,10 +22,12 @@ its round (the first 4 passes alone: the floor as bench_first_heatmap first meas
 Prints which path the dock used (the model process or threads, from which process imported
 torch), worst and p99 gaps of each phase, and the target ratios both ways, with the samples
 behind each: first TopK worst <= 2x floor worst, p99 <= 1.5x floor p99, the median of the
-per-pass worst gaps; second breast worst <= 2x floor worst; dock opening worst <= 2x the
-floor's adding of the same layers; and the first TopK against the floor panned with the dock's
-layers in the viewer too (the plugin's viewer holds them while it pans) and against the floor
-showing the first TopK's result (the view the plugin draws once it is filled in); then what each
+per-pass worst gaps; second breast worst <= 2x floor worst; dock opening worst <= 2x the floor's
+adding of the same layers; and the first TopK against the floor panned with the dock's layers
+in the viewer too (the plugin's viewer holds them while it pans) and against the floor showing
+the first TopK's result (the view the plugin draws once it is filled in); bare napari's pan
+showing both breasts' results (after the second breast's run), their importance maps alone, and
+their boxes and labels alone (what each kind of result layer costs a frame); then what each
 round's long gaps held (a result layer fill, a progress report, a garbage collection, and the
 cores the model process kept busy around them: ``_gap_marks.py``). Needs a display (run it
 under tools/with_display.sh):
@@ -222,6 +224,9 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
         _settle(app, 0.3)
         probe.stop()
         result["second"] = list(probe.gaps_ms)
+        result["both_view"] = [
+            (_plain(layer), layer.visible) for layer in viewer.layers if layer not in before
+        ]
         if widget.runner.last_error is not None:
             raise widget.runner.last_error
     return result
@@ -235,6 +240,7 @@ def floor_round(
     passes: int,
     canvas: tuple[int, int],
     result_view: list,
+    both_view: list,
 ) -> dict[str, object]:
     """Bare napari, a blank dock narrowing its canvas to the plugin's ``canvas`` size: the
     same views in memory panned along the same path for max(FLOOR_PASSES, ``passes``) passes,
@@ -243,7 +249,9 @@ def floor_round(
     skipping napari's per-draw update, as the plugin's layers do
     (``_napari_compat.skip_draw_updates_while_hidden``); then as many again with the dock's
     layers as the plugin's first TopK left them (``result_view``: its result shown, the other
-    breast's layers hidden), the view the plugin draws once the result is filled in."""
+    breast's layers hidden), the view the plugin draws once the result is filled in; then with
+    both breasts' results shown (``both_view``, after the second breast's run), and the same
+    with only their importance maps shown, then only their boxes and labels."""
     from napari.layers import Layer
 
     gaps: dict[str, object] = {}
@@ -278,19 +286,40 @@ def floor_round(
         _pan(viewer, app, probe, max(1, passes), path, skipping)
         probe.stop()
         gaps["pan_skipping"] = list(probe.gaps_ms)
-        for layer in list(viewer.layers)[len(views) :]:
-            viewer.layers.remove(layer)
-        for data, visible in result_view:  # the result shown, the other breast's still hidden
-            layer = viewer.add_layer(Layer.create(*data))
-            layer.visible = visible
-            skip_draw_updates_while_hidden(layer)
-        _settle(app, 0.5)
-        probe.start()
-        showing: list[int] = []
-        _pan(viewer, app, probe, max(1, passes), path, showing)
-        probe.stop()
-        gaps["pan_result"], gaps["ends_result"] = list(probe.gaps_ms), showing
+        for name, shown in (
+            ("result", result_view),  # the first result shown, the other breast's hidden
+            ("both", both_view),  # after the second breast's run: both results shown
+            ("both_maps", [(d, v and d[2] == "image") for d, v in both_view]),
+            ("both_shapes", [(d, v and d[2] == "shapes") for d, v in both_view]),
+        ):
+            gaps[f"pan_{name}"], gaps[f"ends_{name}"] = _pan_showing(
+                viewer, app, probe, len(views), shown, max(1, passes), path
+            )
     return gaps
+
+
+def _pan_showing(
+    viewer, app, probe, views: int, shown: list, passes: int, path: dict[str, float]
+) -> tuple[list[float], list[int]]:
+    """Replace the layers above the first ``views`` with ``shown`` ((layer data, visible)
+    pairs; hidden ones skip napari's per-draw update, as the plugin's do) and pan ``passes``
+    passes; the gaps and the passes' tick counts."""
+    from napari.layers import Layer
+
+    from napari_medvl._napari_compat import skip_draw_updates_while_hidden
+
+    for layer in list(viewer.layers)[views:]:
+        viewer.layers.remove(layer)
+    for data, visible in shown:
+        layer = viewer.add_layer(Layer.create(*data))
+        layer.visible = visible
+        skip_draw_updates_while_hidden(layer)
+    _settle(app, 0.5)
+    probe.start()
+    ends: list[int] = []
+    _pan(viewer, app, probe, passes, path, ends)
+    probe.stop()
+    return list(probe.gaps_ms), ends
 
 
 def main() -> None:
@@ -316,6 +345,7 @@ def main() -> None:
         )
         floor_old, floor_fair, floor_layers, first = Pans(), Pans(), Pans(), Pans()
         floor_result = Pans()
+        showing_both: dict[str, list[float]] = {"both": [], "both_maps": [], "both_shapes": []}
         skipping: list[float] = []
         layers: list[float] = []
         plugin: dict[str, list[float]] = {"dock": [], "second": []}
@@ -335,6 +365,7 @@ def main() -> None:
                 passes,
                 run["canvas"],  # type: ignore[arg-type]
                 run["result_view"],  # type: ignore[arg-type]
+                run["both_view"],  # type: ignore[arg-type]
             )
             gaps, ends = floor["pan"], floor["ends"]
             floor_old.add(gaps[: ends[FLOOR_PASSES - 1]], ends[:FLOOR_PASSES])  # type: ignore[index]
@@ -343,6 +374,8 @@ def main() -> None:
             floor_layers.add(floor["pan_layers"], floor["ends_layers"])  # type: ignore[arg-type]
             skipping.extend(floor["pan_skipping"])  # type: ignore[arg-type]
             floor_result.add(floor["pan_result"], floor["ends_result"])  # type: ignore[arg-type]
+            for name in showing_both:
+                showing_both[name].extend(floor[f"pan_{name}"])  # type: ignore[arg-type]
             details.append(
                 f"round {index + 1}: first TopK {run['first_s']:.1f} s over {passes} pan "
                 f"passes; TopK ran in {run['where']}; "
@@ -360,6 +393,9 @@ def main() -> None:
         print(_line("floor: pan with the dock's layers", floor_layers.gaps))
         print(_line("  the hidden ones skipping draw updates", skipping))
         print(_line("floor: pan showing the first TopK's result", floor_result.gaps))
+        print(_line("floor: pan showing both breasts' results", showing_both["both"]))
+        print(_line("  their importance maps only", showing_both["both_maps"]))
+        print(_line("  their boxes and labels only", showing_both["both_shapes"]))
         print(_line("plugin: dock opening", plugin["dock"]))
         print(_line("plugin: first TopK, panning", first.gaps))
         print(_line("plugin: second breast's TopK", plugin["second"]))
