@@ -27,7 +27,9 @@ adding of the same layers; and the first TopK against the floor panned with the 
 in the viewer too (the plugin's viewer holds them while it pans) and against the floor showing
 the first TopK's result (the view the plugin draws once it is filled in); bare napari's pan
 showing both breasts' results (after the second breast's run), their importance maps alone, and
-their boxes and labels alone (what each kind of result layer costs a frame); then what each
+their boxes and labels alone (what each kind of result layer costs a frame), and both with
+the shapes layers' empty highlights hidden, as the plugin's are
+(``_napari_compat.hide_empty_highlights``); then what each
 round's long gaps held (a result layer fill, a progress report, a garbage collection, and the
 cores the model process kept busy around them: ``_gap_marks.py``). Needs a display (run it
 under tools/with_display.sh):
@@ -291,22 +293,31 @@ def floor_round(
             ("both", both_view),  # after the second breast's run: both results shown
             ("both_maps", [(d, v and d[2] == "image") for d, v in both_view]),
             ("both_shapes", [(d, v and d[2] == "shapes") for d, v in both_view]),
+            ("both_plugin", both_view),  # both again, empty highlights hidden as the plugin's
         ):
             gaps[f"pan_{name}"], gaps[f"ends_{name}"] = _pan_showing(
-                viewer, app, probe, len(views), shown, max(1, passes), path
+                viewer, app, probe, len(views), shown, max(1, passes), path, name == "both_plugin"
             )
     return gaps
 
 
 def _pan_showing(
-    viewer, app, probe, views: int, shown: list, passes: int, path: dict[str, float]
+    viewer,
+    app,
+    probe,
+    views: int,
+    shown: list,
+    passes: int,
+    path: dict[str, float],
+    hide_highlights: bool = False,
 ) -> tuple[list[float], list[int]]:
     """Replace the layers above the first ``views`` with ``shown`` ((layer data, visible)
-    pairs; hidden ones skip napari's per-draw update, as the plugin's do) and pan ``passes``
-    passes; the gaps and the passes' tick counts."""
+    pairs; hidden ones skip napari's per-draw update, as the plugin's do; with
+    ``hide_highlights`` shapes layers draw no empty highlight, as the plugin's do) and pan
+    ``passes`` passes; the gaps and the passes' tick counts."""
     from napari.layers import Layer
 
-    from napari_medvl._napari_compat import skip_draw_updates_while_hidden
+    from napari_medvl._napari_compat import hide_empty_highlights, skip_draw_updates_while_hidden
 
     for layer in list(viewer.layers)[views:]:
         viewer.layers.remove(layer)
@@ -314,6 +325,8 @@ def _pan_showing(
         layer = viewer.add_layer(Layer.create(*data))
         layer.visible = visible
         skip_draw_updates_while_hidden(layer)
+        if hide_highlights and data[2] == "shapes":
+            hide_empty_highlights(viewer, layer)
     _settle(app, 0.5)
     probe.start()
     ends: list[int] = []
@@ -345,7 +358,9 @@ def main() -> None:
         )
         floor_old, floor_fair, floor_layers, first = Pans(), Pans(), Pans(), Pans()
         floor_result = Pans()
-        showing_both: dict[str, list[float]] = {"both": [], "both_maps": [], "both_shapes": []}
+        showing_both: dict[str, list[float]] = {
+            name: [] for name in ("both", "both_maps", "both_shapes", "both_plugin")
+        }
         skipping: list[float] = []
         layers: list[float] = []
         plugin: dict[str, list[float]] = {"dock": [], "second": []}
@@ -396,6 +411,7 @@ def main() -> None:
         print(_line("floor: pan showing both breasts' results", showing_both["both"]))
         print(_line("  their importance maps only", showing_both["both_maps"]))
         print(_line("  their boxes and labels only", showing_both["both_shapes"]))
+        print(_line("  both, empty highlights hidden (plugin's)", showing_both["both_plugin"]))
         print(_line("plugin: dock opening", plugin["dock"]))
         print(_line("plugin: first TopK, panning", first.gaps))
         print(_line("plugin: second breast's TopK", plugin["second"]))

@@ -30,6 +30,18 @@ A third keeps hidden layers out of each pan's frame:
   skips that update while hidden; shown again, napari refreshes it and the draw that follows
   updates it. Builds on ``Layer._update_draw`` and napari calling it after each draw.
 
+A fourth keeps a shapes layer's empty highlight out of each frame:
+
+- **Empty highlights** (:func:`hide_empty_highlights`). napari draws a shapes layer as five
+  vispy visuals (faces, highlight mesh, highlight lines, highlight vertices, text), and draws
+  the three highlight visuals on every frame even when nothing is selected or hovered (a
+  placeholder triangle, a zero-size marker). Each draw is a program bound, its uniforms set
+  and its commands parsed, in Python: a TopK exam with both breasts' results shows twelve
+  shapes layers, 36 empty highlight draws a frame. The patched layer's highlight visuals are
+  hidden while napari has nothing to highlight and shown as soon as it has (a selection, a
+  hovered shape in select mode). Builds on napari's ``VispyShapesLayer._on_highlight_change``
+  and its ``ShapesVisual`` sub-visuals.
+
 And one makes a result layer's fill re-read the viewer's extent once:
 
 - **One dims update per fill** (:func:`one_dims_update`). napari recomputes the viewer's dims
@@ -62,6 +74,7 @@ __all__ = [
     "LABEL_CHARACTERS",
     "LINE_HEIGHT_CHARACTERS",
     "WRITTEN_FOR",
+    "hide_empty_highlights",
     "keep_mesh_shaders",
     "one_dims_update",
     "patch_applies",
@@ -77,6 +90,7 @@ WRITTEN_FOR: dict[str, dict[str, tuple[Version, Version]]] = {
     "mesh_shaders": {"napari": ((0, 9), (0, 9)), "vispy": ((0, 17), (0, 17))},
     "hidden_draw_updates": {"napari": ((0, 9), (0, 9))},
     "dims_updates": {"napari": ((0, 9), (0, 9))},
+    "empty_highlights": {"napari": ((0, 9), (0, 9))},
 }
 """Patch -> package -> (oldest, newest) (major, minor) version the patch was written for."""
 
@@ -294,6 +308,57 @@ def keep_mesh_shaders(viewer: Any, layer: Any) -> bool:
         if not getattr(build, "keeps_rgba_function", False):
             mesh._build_color_transform = _reusing(build, _current_function(mesh))
     return bool(meshes)
+
+
+# --------------------------------------------------------------------------- highlights
+
+_HIGHLIGHT_VISUALS = ("shape_highlights", "highlight_vertices", "highlight_lines")
+_MANY_SELECTED = 1000  # napari defers the highlight of more selected shapes to the next frame
+
+
+def _show_highlights_in_use(layer: Any, node: Any) -> None:
+    """Show each highlight visual of shapes ``layer`` that has something to draw, hide the
+    others (what napari's highlight update just drew, computed again)."""
+    if len(layer.selected_data) > _MANY_SELECTED:  # napari fills them a frame later
+        outline = corners = lines = True
+    else:
+        vertices, faces = layer._outline_shapes()
+        outline = vertices is not None and len(vertices) > 0 and len(faces) > 0
+        corners, _, _, box, _ = layer._compute_vertices_and_box()
+        lines = box is not None and len(box) > 0
+        corners = corners is not None and len(corners) > 0
+    node.shape_highlights.visible = outline
+    node.highlight_vertices.visible = corners
+    node.highlight_lines.visible = lines
+
+
+def hide_empty_highlights(viewer: Any, layer: Any) -> bool:
+    """Keep the highlight visuals of shapes ``layer`` hidden while they have nothing to draw
+    (module notes). Call it once the layer is in ``viewer``; calling it again does nothing.
+    Returns True when the layer's empty highlights are hidden from now on."""
+    if not patch_applies("empty_highlights"):
+        return False
+    try:
+        viewer = getattr(viewer, "__wrapped__", viewer)
+        layer = getattr(layer, "__wrapped__", layer)
+        visual = viewer.window._qt_viewer.canvas.layer_to_visual[layer]
+        node = visual.node
+        update = visual._on_highlight_change
+        if not all(hasattr(node, name) for name in _HIGHLIGHT_VISUALS):
+            return False
+    except Exception:  # another napari, or a viewer without a canvas
+        return False
+    if getattr(update, "hides_empty", False):
+        return True
+
+    def on_highlight_change() -> None:
+        update()
+        _show_highlights_in_use(layer, node)
+
+    on_highlight_change.hides_empty = True  # type: ignore[attr-defined]
+    visual._on_highlight_change = on_highlight_change  # napari looks it up at each event
+    _show_highlights_in_use(layer, node)
+    return True
 
 
 # --------------------------------------------------------------------------- hidden layers

@@ -37,16 +37,22 @@ def layers_of_kind(viewer: napari.Viewer, kind: str) -> list[tuple[str, Any]]:
 
 def add_layer(viewer: napari.Viewer, layer_data: LayerData) -> Any:
     """Add the layer to ``viewer``; a shapes layer's meshes then keep their shader programs
-    when its rectangles are replaced (``_napari_compat.keep_mesh_shaders``), and while hidden
+    when its rectangles are replaced (``_napari_compat.keep_mesh_shaders``) and draws no
+    empty highlight (``hide_empty_highlights``), and while hidden
     the layer adds nothing to each draw (``skip_draw_updates_while_hidden``). Returns the
     layer."""
     from napari.layers import Layer
 
-    from napari_medvl._napari_compat import keep_mesh_shaders, skip_draw_updates_while_hidden
+    from napari_medvl._napari_compat import (
+        hide_empty_highlights,
+        keep_mesh_shaders,
+        skip_draw_updates_while_hidden,
+    )
 
     layer = viewer.add_layer(Layer.create(*layer_data))
     if layer_data[2] == "shapes":
         keep_mesh_shaders(viewer, layer)
+        hide_empty_highlights(viewer, layer)
     skip_draw_updates_while_hidden(layer)
     return layer
 

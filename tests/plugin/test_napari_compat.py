@@ -120,3 +120,21 @@ def test_a_layer_filled_in_place_updates_the_viewers_dims_once_and_to_its_new_ex
     assert updates == [1]
     y_range, x_range = viewer.dims.range
     assert y_range.stop >= 300.0 and x_range.stop >= 400.0  # the viewer can reach the new box
+
+
+def test_a_shapes_layer_draws_its_highlight_only_while_it_has_one(make_napari_viewer, qtbot):
+    import numpy as np
+
+    viewer = make_napari_viewer(show=True)
+    layer = add_layer(viewer, RECTANGLES)
+    node = viewer.window._qt_viewer.canvas.layer_to_visual[layer].node
+    highlights = (node.shape_highlights, node.highlight_vertices, node.highlight_lines)
+    assert not any(visual.visible for visual in highlights)  # nothing selected: not drawn
+    unselected = viewer.screenshot(canvas_only=True, flash=False)
+    layer.mode = "select"
+    layer.selected_data = {0}
+    assert all(visual.visible for visual in highlights)  # outline, box and its corners
+    selected = viewer.screenshot(canvas_only=True, flash=False)
+    assert np.abs(selected.astype(int) - unselected.astype(int)).sum() > 0  # drawn on screen
+    layer.selected_data = set()
+    assert not any(visual.visible for visual in highlights)
