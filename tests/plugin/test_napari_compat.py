@@ -138,3 +138,31 @@ def test_a_shapes_layer_draws_its_highlight_only_while_it_has_one(make_napari_vi
     assert np.abs(selected.astype(int) - unselected.astype(int)).sum() > 0  # drawn on screen
     layer.selected_data = set()
     assert not any(visual.visible for visual in highlights)
+
+
+@pytest.mark.parametrize("image_shape, resliced", [((100, 100), False), ((5, 100, 100), True)])
+def test_a_fill_that_moves_the_dims_range_reslices_other_layers_only_with_a_slider(
+    make_napari_viewer, monkeypatch, image_shape, resliced
+):
+    import numpy as np
+    from napari.layers import Image
+
+    viewer = make_napari_viewer()
+    viewer.add_image(np.zeros(image_shape, dtype=np.float32), name="view")
+    ndim = len(image_shape)
+    square = np.array([[10.0, 10.0], [10.0, 50.0], [50.0, 50.0], [50.0, 10.0]])
+    lead = np.zeros((4, ndim - 2))
+    boxes = {**RECTANGLES[1], "name": "boxes"}
+    add_layer(viewer, ([np.hstack([lead, square])], boxes, "shapes"))
+    sliced: list[str] = []
+    slice_dims = Image._slice_dims
+    monkeypatch.setattr(
+        Image,
+        "_slice_dims",
+        lambda self, *a, **k: sliced.append(self.name) or slice_dims(self, *a, **k),
+    )
+    on_edge = np.array([[-0.5, -0.5], [-0.5, 20.0], [20.0, 20.0], [20.0, -0.5]])
+    upsert_layer(viewer, ([np.hstack([lead, on_edge])], boxes, "shapes"))
+    assert viewer.dims.range[-1].start == -0.5  # the dims follow the box to the image's edge
+    assert viewer.dims.range[-2].start == -0.5
+    assert ("view" in sliced) is resliced  # a 2D view's slice does not depend on the point

@@ -8,13 +8,14 @@ busy the cores are). It is measured before each run and after the last, and each
 compared with the floors around it. Panning while the first TopK runs (Run once the dock's
 layers are there, the model not loaded: the model process starts, loads it and runs) and
 while the other breast's TopK runs and its layers are filled must stay near that floor.
-``bench/bench_first_topk.py`` measures the issue's targets against bare napari (worst <= 2x
-the floor's worst, p99 <= 1.5x its p99) over longer runs; the bounds here leave room for a
-short test on two busy cores (each run pans at least ``MIN_PASSES`` passes; one fill of a result
-layer, or one frame that meets another job's burst, is a large share of a short phase's ticks):
-worst <= 4x the floor's worst, p99 <= 2.5x its p99. Adding the other breast's eight layers
-while its TopK ran (what this guards against) held the loop 0.5 - 1.5 s at a time, about 5x
-the floor (bench_first_topk.py).
+Each phase must stay within the targets ``bench/bench_first_topk.py`` measures over longer
+runs: worst <= 2x the floor's worst, p99 <= 1.5x its p99 (each run pans at least
+``MIN_PASSES`` passes). These bounds were 4x / 2.5x while a result's fill could move the
+viewer's dims by a fraction of a pixel (a box on the image's edge) and napari then re-sliced
+every layer inside one fill turn (``_napari_compat.one_dims_update`` now skips that re-slice
+when every dimension is on screen). Adding the other breast's eight layers while its TopK ran
+(what this guards against) held the loop 0.5 - 1.5 s at a time, about 5x the floor
+(bench_first_topk.py).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ pytestmark = [
     pytest.mark.slow,
 ]  # the model process starts and loads the model: a minute on 2 busy cores
 
-WORST_RATIO = 4.0
-P99_RATIO = 2.5
+WORST_RATIO = 2.0
+P99_RATIO = 1.5
 MIN_PASSES = 3
 PAN_STEPS = 20
 STEP_MS = 40
