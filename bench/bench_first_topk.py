@@ -61,6 +61,7 @@ from bench_first_heatmap import (  # noqa: E402
     Pans,
     _line,
     _pan_pass,
+    _plain,
     comparison_table,
     other_ratios,
 )
@@ -91,13 +92,6 @@ def write_exam(folder: Path) -> list[Path]:
         timeout=300,
     )
     return [Path(line) for line in done.stdout.splitlines() if line.strip()]
-
-
-def _plain(layer) -> tuple:
-    """A layer as napari layer data without the plugin's metadata (for the bare floor)."""
-    data, state, kind = layer.as_layer_data_tuple()
-    state = {key: value for key, value in state.items() if key != "metadata"}
-    return data, state, kind
 
 
 def _pan_path(viewer, app) -> dict[str, float]:
