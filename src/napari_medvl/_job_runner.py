@@ -1,7 +1,8 @@
 """One background job per widget: start, progress, cancel, results, errors.
 
 A widget owns a JobRunner. ``start`` cancels the job still running (a new
-request replaces the old one), runs the generator in a napari thread worker,
+request replaces the old one), runs the generator in a napari thread worker
+(listed in napari's running tasks, held weakly there: ``_job_status``),
 forwards Progress to the widget's progress bar, hands the return value to
 ``on_result`` only if the job was not superseded or cancelled, and turns
 errors into a one-sentence notification. A job may also yield other objects
@@ -16,8 +17,10 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
-from napari.qt.threading import create_worker
+from napari.qt.threading import GeneratorWorker
+from superqt.utils import create_worker
 
+from napari_medvl._job_status import list_running_job
 from napari_medvl._notify import report_error
 from napari_medvl._progress import Progress
 
@@ -66,7 +69,16 @@ class JobRunner:
         cancel = threading.Event()
         self._cancel = cancel
         self.last_error = None
-        worker = create_worker(cast(Any, job), *args, cancel=cancel, _ignore_errors=True, **kwargs)
+        worker = create_worker(
+            cast(Any, job),
+            *args,
+            cancel=cancel,
+            _start_thread=False,
+            _worker_class=GeneratorWorker,
+            _ignore_errors=True,
+            **kwargs,
+        )
+        list_running_job(worker, getattr(job, "__name__", "job").strip("_").replace("_", " "))
         worker.yielded.connect(lambda report: self._progress(generation, report))
         worker.returned.connect(lambda value: self._returned(generation, value))
         worker.errored.connect(lambda error: self._errored(generation, error))

@@ -55,6 +55,9 @@ And one makes a result layer's fill re-read the viewer's extent once:
   four-view exam's layers). With every dimension on screen (no slider) no slice depends on
   the dims' point, so that re-slice is skipped; with a slider it runs as always.
 
+The docks' jobs are listed in napari's task list through the window's private registration
+(``_job_status``, patch "task_status"), under the same version gate.
+
 Each patch names the napari and vispy versions it was written for (``WRITTEN_FOR``, inclusive
 (major, minor) ranges). With any other version, or where the private state is not where the
 patch expects it, nothing is patched: napari makes glyphs at first draw and recompiles meshes on
@@ -95,6 +98,7 @@ WRITTEN_FOR: dict[str, dict[str, tuple[Version, Version]]] = {
     "hidden_draw_updates": {"napari": ((0, 9), (0, 9))},
     "dims_updates": {"napari": ((0, 9), (0, 9))},
     "empty_highlights": {"napari": ((0, 9), (0, 9))},
+    "task_status": {"napari": ((0, 9), (0, 9))},
 }
 """Patch -> package -> (oldest, newest) (major, minor) version the patch was written for."""
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 
 import pytest
+from superqt.utils import create_worker
 
 from napari_medvl import _napari_compat
+from napari_medvl._job_status import list_running_job
 from napari_medvl._napari_compat import (
     WRITTEN_FOR,
     keep_mesh_shaders,
@@ -21,6 +23,10 @@ RECTANGLES = (
     {"shape_type": "rectangle", "face_color": "transparent"},
     "shapes",
 )
+
+
+def _one_step_job():
+    yield 1
 
 
 @pytest.fixture
@@ -56,6 +62,12 @@ def test_an_unknown_version_leaves_napari_unpatched_and_says_so_once(
         assert keep_mesh_shaders(viewer, layer) is False
         prerender_glyphs(viewer.window._qt_window, viewer)
         upsert_layer(viewer, (RECTANGLES[0], {**RECTANGLES[1], "name": layer.name}, "shapes"))
+        unstarted = create_worker(_one_step_job, _start_thread=False)
+        listed = list_running_job(unstarted, "one step")
+    assert listed is (package != "napari")  # a job is listed weakly only where written for
+    assert viewer.window._task_status_manager.get_status() == (
+        [] if package == "napari" else ["napari-medvl: one step waiting"]
+    )
     assert stored.is_set()  # nothing to wait for: napari makes glyphs at first draw
     qtbot.wait(200)  # a prerender would have stored its glyphs by now
     assert label_glyphs and not label_glyphs & set(font._glyphs)
