@@ -59,6 +59,7 @@ from bench_plugin_stalls import (  # noqa: E402
     _settle,
     bench_viewer,
     canvas_size,
+    closed_viewers_held,
     stand_in_dock,
     write_j2k_pyramid,
 )
@@ -245,7 +246,7 @@ def _floor_round(
     app, probe, levels, scale, metadata, passes: int, canvas: tuple[int, int], map_layers: list
 ) -> dict[str, object]:
     gaps: dict[str, object] = {}
-    with bench_viewer() as viewer:
+    with bench_viewer(role="floor rounds") as viewer:
         gaps["canvas"] = stand_in_dock(viewer, app, canvas)
         viewer.add_image(levels, multiscale=True, rgb=True, scale=scale, name="in memory")
         _start_pan(viewer, app)
@@ -286,7 +287,7 @@ def plugin_round(
 
     shutdown_model_process()  # the model is not loaded when Run is clicked
     result: dict[str, object] = {}
-    with bench_viewer() as viewer:
+    with bench_viewer(role="plugin rounds") as viewer:
         npe2.PluginManager.instance().discover()
         layer = viewer.open(str(slide_path), plugin="napari-medvl")[0]
         _start_pan(viewer, app)
@@ -540,6 +541,7 @@ def main() -> None:
                 print(line)
         for line in settings_against_each_other(done):
             print(line)
+        print(f"closed viewers still held after a full collection: {closed_viewers_held()}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,13 @@ from bench_first_heatmap import (  # noqa: E402
     comparison_table,
     other_ratios,
 )
-from bench_plugin_stalls import _settle, bench_viewer, canvas_size, stand_in_dock  # noqa: E402
+from bench_plugin_stalls import (
+    _settle,
+    bench_viewer,
+    canvas_size,
+    closed_viewers_held,
+    stand_in_dock,
+)  # noqa: E402
 
 ROUNDS = 2
 FIRST_TOPK_CAP_S = 240.0
@@ -160,7 +166,7 @@ def plugin_round(app, probe, paths: list[Path], stacks=None) -> dict[str, object
 
     shutdown_model_process()  # the model is not loaded when Run is clicked
     result: dict[str, object] = {}
-    with bench_viewer() as viewer:
+    with bench_viewer(role="plugin rounds") as viewer:
         npe2.PluginManager.instance().discover()
         for path in paths:
             viewer.open(str(path), plugin="napari-medvl")
@@ -251,7 +257,7 @@ def floor_round(
     from napari.layers import Layer
 
     gaps: dict[str, object] = {}
-    with bench_viewer() as viewer:
+    with bench_viewer(role="floor rounds") as viewer:
         gaps["canvas"] = stand_in_dock(viewer, app, canvas)
         for data in views:
             viewer.add_layer(Layer.create(*data))
@@ -433,6 +439,7 @@ def main() -> None:
             print(f"    round {index + 1}: {said}")
             costs = fill_costs(run["first"], run["first_ends"], run["marks"])  # type: ignore[arg-type]
             print(f"      its fills, each one's time on the GUI thread: {costs}")
+        print(f"  closed viewers still held after a full collection: {closed_viewers_held()}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,10 +75,28 @@ WINDOW_SETTINGS = (
 """napari's saved-geometry settings, which closing a viewer overwrites."""
 
 
+CLOSED_VIEWERS: dict[str, list[weakref.ref]] = {}
+"""Weak references to the viewers ``bench_viewer`` closed, by the role it was told."""
+
+
+def closed_viewers_held() -> str:
+    """After a full collection: how many closed viewers of each role are still alive (each
+    one's objects add to every collection of the oldest generation, a pause of the GUI
+    thread that grows with them)."""
+    import gc
+
+    gc.collect()
+    return ", ".join(
+        f"{role} {sum(ref() is not None for ref in refs)} of {len(refs)}"
+        for role, refs in CLOSED_VIEWERS.items()
+    )
+
+
 @contextmanager
-def bench_viewer(size: tuple[int, int] = BENCH_WINDOW) -> Iterator[object]:
+def bench_viewer(size: tuple[int, int] = BENCH_WINDOW, role: str = "viewers") -> Iterator[object]:
     """A shown napari viewer with its main window at ``size``; closed afterwards with the
-    user's saved window geometry put back as it was."""
+    user's saved window geometry put back as it was, and counted under ``role`` for
+    :func:`closed_viewers_held`."""
     import napari
     from napari.settings import get_settings
 
@@ -89,6 +108,7 @@ def bench_viewer(size: tuple[int, int] = BENCH_WINDOW) -> Iterator[object]:
         yield viewer
     finally:
         viewer.close()
+        CLOSED_VIEWERS.setdefault(role, []).append(weakref.ref(viewer))
         for name, value in saved.items():
             if getattr(application, name) != value:
                 setattr(application, name, value)
