@@ -180,6 +180,13 @@ def _plain(layer) -> tuple:
     return data, {key: value for key, value in state.items() if key != "metadata"}, kind
 
 
+def _units(slide_layer_metadata: dict) -> tuple[str, str]:
+    """The slide layer's units (um), which its overlays share."""
+    from napari_medvl._layer_frame import WorldFrame, layer_units
+
+    return layer_units(WorldFrame.from_dict(slide_layer_metadata["world_frame"]))
+
+
 def _pending_layers(slide_layer_metadata: dict) -> list:
     """The dock's two pending overlay layers for the slide, as napari layer data."""
     from napari_medvl._heatmap_overlay import overlay_key, pending_boxes_layer, pending_image_layer
@@ -248,7 +255,9 @@ def _floor_round(
     gaps: dict[str, object] = {}
     with bench_viewer(role="floor rounds") as viewer:
         gaps["canvas"] = stand_in_dock(viewer, app, canvas)
-        viewer.add_image(levels, multiscale=True, rgb=True, scale=scale, name="in memory")
+        viewer.add_image(
+            levels, multiscale=True, rgb=True, scale=scale, units=_units(metadata), name="in memory"
+        )
         _start_pan(viewer, app)
         probe.start()
         ends = pan_passes(viewer, app, probe, max(FLOOR_PASSES, passes))
