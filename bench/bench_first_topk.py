@@ -29,8 +29,7 @@ the first TopK's result (the view the plugin draws once it is filled in); bare n
 showing both breasts' results (after the second breast's run), their importance maps alone, and
 their boxes and labels alone (what each kind of result layer costs a frame), and both with
 the shapes layers' empty highlights hidden, as the plugin's are
-(``_napari_compat.hide_empty_highlights``), and that with each view's box rims, boxes and
-labels drawn as one shapes layer (what three layers per view cost against one); then what each
+(``_napari_compat.hide_empty_highlights``); then what each
 round's long gaps held (a result layer fill, a progress report, a garbage collection, and the
 cores the model process kept busy around them: ``_gap_marks.py``). Needs a display (run it
 under tools/with_display.sh):
@@ -295,7 +294,6 @@ def floor_round(
             ("both_maps", [(d, v and d[2] == "image") for d, v in both_view]),
             ("both_shapes", [(d, v and d[2] == "shapes") for d, v in both_view]),
             ("both_plugin", both_view),  # both again, empty highlights hidden as the plugin's
-            ("both_merged", _one_shapes_layer_per_view(both_view)),  # and 3 shapes layers as 1
         ):
             gaps[f"pan_{name}"], gaps[f"ends_{name}"] = _pan_showing(
                 viewer,
@@ -305,55 +303,9 @@ def floor_round(
                 shown,
                 max(1, passes),
                 path,
-                name in ("both_plugin", "both_merged"),
+                name == "both_plugin",
             )
     return gaps
-
-
-def _one_shapes_layer_per_view(shown: list) -> list:
-    """``shown`` with each view's visible shapes layers (box rims, boxes, rank labels, in that
-    order) drawn as one shapes layer: their rectangles in the same order, each with its own
-    edge and face colour (the layer's opacity folded into the colour's alpha) and edge width,
-    the rank text on the label plates only. What a result would cost napari to draw as one
-    shapes layer per view instead of three."""
-    from napari.layers import Shapes
-
-    merged: dict[str, dict] = {}
-    kept = []
-    for data, visible in shown:
-        if data[2] != "shapes" or not visible:
-            kept.append((data, visible))
-            continue
-        layer = Shapes(data[0], **{k: v for k, v in data[1].items() if k != "text"})
-        words = str(data[1]["name"]).split()  # "TopK L box rims CC"
-        view = f"{words[1]} {words[-1]}"
-        count = len(layer.data)
-        labels = Shapes(data[0], **data[1]).text.values if " labels " in data[1]["name"] else None
-        part = merged.setdefault(
-            view,
-            {"data": [], "edge": [], "face": [], "width": [], "label": []},
-        )
-        opacity = float(data[1].get("opacity", 1.0))
-        for colors, key in ((layer.edge_color, "edge"), (layer.face_color, "face")):
-            rgba = np.array(colors, dtype=float).reshape(count, 4)
-            rgba[:, 3] *= opacity
-            part[key].extend(rgba)
-        part["data"].extend(layer.data)
-        part["width"].extend(layer.edge_width)
-        part["label"].extend(list(labels) if labels is not None else [""] * count)
-    for view, part in merged.items():
-        kwargs = {
-            "name": f"TopK {view} shapes",
-            "opacity": 1.0,
-            "shape_type": "rectangle",
-            "edge_color": np.array(part["edge"]),
-            "face_color": np.array(part["face"]),
-            "edge_width": part["width"],
-            "features": {"label": part["label"]},
-            "text": {"string": "{label}", "color": "white", "anchor": "upper_left", "size": 9},
-        }
-        kept.append(((part["data"], kwargs, "shapes"), True))
-    return kept
 
 
 def _pan_showing(
@@ -414,7 +366,7 @@ def main() -> None:
         floor_old, floor_fair, floor_layers, first = Pans(), Pans(), Pans(), Pans()
         floor_result = Pans()
         showing_both: dict[str, list[float]] = {
-            name: [] for name in ("both", "both_maps", "both_shapes", "both_plugin", "both_merged")
+            name: [] for name in ("both", "both_maps", "both_shapes", "both_plugin")
         }
         skipping: list[float] = []
         layers: list[float] = []
@@ -467,7 +419,6 @@ def main() -> None:
         print(_line("  their importance maps only", showing_both["both_maps"]))
         print(_line("  their boxes and labels only", showing_both["both_shapes"]))
         print(_line("  both, empty highlights hidden (plugin's)", showing_both["both_plugin"]))
-        print(_line("  both, that and one shapes layer per view", showing_both["both_merged"]))
         print(_line("plugin: dock opening", plugin["dock"]))
         print(_line("plugin: first TopK, panning", first.gaps))
         print(_line("plugin: second breast's TopK", plugin["second"]))

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "GLYPHS_SCORE",
     "GLYPH_RANKS",
@@ -92,12 +94,22 @@ def import_in_background(*modules: str) -> threading.Event:
 
 
 def show_glyph_rank(layer: Any, rank: int, pending_kind: str) -> bool:
-    """Label a pending label layer's one shape with ``rank`` (score ``GLYPHS_SCORE``); False
-    once a result has filled the layer (its ``medvl_kind`` is no longer ``pending_kind``)."""
-    if layer.metadata.get("medvl_kind") != pending_kind or len(layer.data) != 1:
+    """Label a pending label layer's one box with ``rank`` (score ``GLYPHS_SCORE``); False
+    once a result has filled the layer (its ``medvl_kind`` is no longer ``pending_kind``).
+    A TopK marks layer (rim, box and plate of one box: a ``part`` column) gets the plate's
+    ``label`` written with its ``label_format``."""
+    if layer.metadata.get("medvl_kind") != pending_kind:
         return False
     features = layer.features.copy()  # other columns (a label's colour) stay
-    features["rank"], features["score"] = [rank], [GLYPHS_SCORE]
+    parts = features["part"].to_numpy() if "part" in features else None
+    if (len(layer.data) if parts is None else int((parts == "box").sum())) != 1:
+        return False
+    features["rank"], features["score"] = rank, GLYPHS_SCORE
+    if parts is not None and "label" in features:
+        label = str(layer.metadata.get("label_format", "#{rank}")).format(
+            rank=rank, score=GLYPHS_SCORE
+        )
+        features["label"] = np.where(parts == "label", label, "").astype(object)
     layer.features = features
     return True
 

@@ -3,11 +3,11 @@
 The importance map takes the shared sequential colour map (:mod:`medvl_engine.colormaps`).
 
 Builds on :func:`napari_medvl._topk_layers.topk_layers` (importance maps and ranked boxes in each
-view's world frame) and adds, per view, a ``labels`` shapes layer: one filled dark plate in a
-corner band of every box (placed in rank order so that plates of overlapping boxes never cover
-each other), drawn under the boxes, with the rank and score in white on it. The
-box outline gets a dark rim (a wider dark rectangle under the coloured one) so a lime box stays
-visible on a bright or lime-coloured importance map.
+view's world frame) and draws each view's boxes as one shapes layer (:func:`marks_layer`): the
+box outline over a dark rim (a wider dark rectangle) so a lime box stays visible on a bright or
+lime-coloured importance map, and one filled dark plate in a corner band of every box (placed
+in rank order so that plates of overlapping boxes never cover each other), drawn over the
+boxes, with the rank and score in white on it.
 
 ``pending_topk_layers`` gives the same layers empty and invisible, in the same order, for the
 views a result will be drawn on: the TopK dock adds them before any result, so a result only
@@ -28,9 +28,11 @@ from napari_medvl._topk_layers import TOPK_BOX_COLOR, TOPK_BOX_TEXT, topk_layers
 
 __all__ = [
     "LABEL_COLOR",
+    "MARK_PARTS",
     "PENDING_SUFFIX",
     "PLATE_COLOR",
     "TOPK_PENDING_KIND",
+    "marks_layer",
     "pending_topk_layers",
     "readable_topk_layers",
     "shared_colormap",
@@ -96,44 +98,57 @@ def _plate_rectangles(
     return rectangles
 
 
-def _labels_layer(boxes_data: LayerData, frame: WorldFrame) -> LayerData:
+MARK_PARTS = ("rim", "box", "label")
+"""The shapes of a TopK marks layer, in drawing order: K dark rims, K boxes, K label plates."""
+RIM_COLOR = (0.0, 0.0, 0.0, 0.8)
+
+
+def _rgba(color: Any, alpha_scale: float = 1.0) -> np.ndarray:
+    from napari.utils.colormaps.standardize_color import transform_color
+
+    rgba = np.array(transform_color(color)[0], dtype=np.float64)
+    rgba[3] *= alpha_scale
+    return rgba
+
+
+def marks_layer(boxes_data: LayerData, frame: WorldFrame, text_format: str) -> LayerData:
+    """One shapes layer for a view's ranked boxes [K]: a dark rim under each box, the box, and
+    a dark label plate in a corner band of the box (placed in rank order so plates of
+    overlapping boxes never cover each other) with the rank and score in white. 3K rectangles
+    in that order (features ``part`` in :data:`MARK_PARTS`, ``rank``, ``score``, ``label``:
+    the text, on plates only); one layer instead of three, which napari draws at a fraction
+    of the cost (``bench/bench_first_topk.py``)."""
     rectangles, kwargs, _ = boxes_data
-    boxes = kwargs["metadata"]["boxes_xyxy"]
-    ranks = kwargs["features"].get("rank")
-    plates = _plate_rectangles(boxes, frame, None if ranks is None else np.asarray(ranks))
-    labels_kwargs = {
-        "name": kwargs["name"].replace(" boxes ", " labels "),
+    count = len(rectangles)
+    ranks = np.asarray(kwargs["features"]["rank"])
+    scores = np.asarray(kwargs["features"]["score"])
+    plates = _plate_rectangles(kwargs["metadata"]["boxes_xyxy"], frame, ranks)
+    width = float(kwargs["edge_width"])
+    box = _rgba(kwargs["edge_color"], TOP_PATCH_OPACITY)
+    plate = _rgba(PLATE_COLOR, TOP_PATCH_OPACITY)
+    clear = np.zeros(4)
+    labels = [
+        text_format.format(rank=int(r), score=float(v)) for r, v in zip(ranks, scores, strict=True)
+    ]
+    marks_kwargs = {
+        **{key: kwargs[key] for key in ("name", "units", "metadata") if key in kwargs},
         "shape_type": "rectangle",
-        "edge_width": 0,
-        "edge_color": PLATE_COLOR,
-        "face_color": PLATE_COLOR,
-        "units": kwargs.get("units"),
-        "features": {key: np.asarray(value) for key, value in kwargs["features"].items()},
-        "text": {
-            "string": kwargs["text"]["string"],
-            "color": LABEL_COLOR,
-            "anchor": "upper_left",
-            "size": 9,
+        "edge_width": [width * 2.0] * count + [width] * count + [0.0] * count,
+        "edge_color": np.array([RIM_COLOR] * count + [box] * count + [plate] * count)
+        if count
+        else "transparent",  # napari reads an empty [0, 4] colour array as illegal
+        "face_color": np.array([clear] * (2 * count) + [plate] * count) if count else "transparent",
+        "opacity": 1.0,
+        "features": {
+            "part": np.repeat(np.array(MARK_PARTS), count),
+            "rank": np.tile(ranks, 3),
+            "score": np.tile(scores, 3),
+            "label": np.array([""] * (2 * count) + labels, dtype=object),
         },
-        "opacity": TOP_PATCH_OPACITY,
-        "metadata": {**kwargs["metadata"], "medvl_kind": "topk_labels"},
+        "text": {"string": "{label}", "color": LABEL_COLOR, "anchor": "upper_left", "size": 9},
     }
-    return plates, labels_kwargs, "shapes"
-
-
-def _rim_layer(boxes_data: LayerData) -> LayerData:
-    rectangles, kwargs, _ = boxes_data
-    rim_kwargs = {
-        "name": kwargs["name"].replace(" boxes ", " box rims "),
-        "shape_type": "rectangle",
-        "edge_color": "black",
-        "face_color": "transparent",
-        "edge_width": kwargs["edge_width"] * 2.0,
-        "opacity": 0.8,
-        "units": kwargs.get("units"),
-        "metadata": {"medvl_kind": "topk_rims"},
-    }
-    return [np.array(r) for r in rectangles], rim_kwargs, "shapes"
+    data = [np.array(r) for r in rectangles] * 2 + [np.array(p) for p in plates]
+    return data, marks_kwargs, "shapes"
 
 
 def readable_topk_layers(
@@ -145,10 +160,10 @@ def readable_topk_layers(
     model: str | None = None,
     run: Any = None,
 ) -> list[LayerData]:
-    """TopK layers in drawing order: importance, then per view box rims, boxes, label plates.
+    """TopK layers in drawing order: importance, then per view its marks (box rims, boxes and
+    label plates in one shapes layer, named ``... boxes <view>``: :func:`marks_layer`).
 
-    The boxes layer keeps its rank/score features but no text of its own; the labels layer
-    carries the same features and the text, white on dark plates. The importance maps name
+    The importance maps name
     the ``model`` that made them and its demo notice (for their colour bar); ``run`` (the
     engine's BreastTopK) joins every layer's metadata as ``topk_run``.
     """
@@ -178,12 +193,7 @@ def readable_topk_layers(
         if layer_type != "shapes" or view not in view_frames:
             layers.append(data)
             continue
-        labelled = dict(kwargs)
-        labelled["text"] = {**kwargs["text"], "visible": False}
-        labelled["opacity"] = TOP_PATCH_OPACITY
-        layers.append(_rim_layer(data))
-        layers.append((data[0], labelled, layer_type))
-        layers.append(_labels_layer(data, view_frames[view]))
+        layers.append(marks_layer(data, view_frames[view], TOPK_BOX_TEXT))
     return layers
 
 
@@ -193,6 +203,8 @@ def _pending(data: LayerData) -> LayerData:
     name = str(kwargs["name"])
     kwargs = {**kwargs, "name": name + PENDING_SUFFIX, "opacity": 0.0}
     kwargs["metadata"] = {"medvl_kind": TOPK_PENDING_KIND, "result_name": name}
+    if layer_type == "shapes":
+        kwargs["metadata"]["label_format"] = TOPK_BOX_TEXT  # how show_glyph_rank labels it
     return values, kwargs, layer_type
 
 
@@ -239,8 +251,5 @@ def pending_topk_layers(
             text_format=TOPK_BOX_TEXT,
             ranks=[GLYPH_RANKS[0]],
         )
-        hidden_text = {**boxes[1], "text": {**boxes[1]["text"], "visible": False}}
-        layers.append(_pending(_rim_layer(boxes)))
-        layers.append(_pending((boxes[0], hidden_text, "shapes")))
-        layers.append(_pending(_labels_layer(boxes, view_frames[view])))
+        layers.append(_pending(marks_layer(boxes, view_frames[view], TOPK_BOX_TEXT)))
     return layers

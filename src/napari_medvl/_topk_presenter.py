@@ -1,6 +1,7 @@
 """The "Mammogram TopK" dock's presenter: turns TopK results and reading-room jobs into layers.
 
-The result layers of the chosen pair (importance maps, box rims, boxes, labels on both views)
+The result layers of the chosen pair (importance maps, and the boxes with their rims and labels
+as one shapes layer, on both views)
 are added empty and invisible as soon as the CC and MLO are chosen, one per event-loop turn
 (``_mammo_layers.pending_topk_layers``): adding a napari layer holds the GUI thread 0.2 - 1.5 s,
 so a result, first or not, only fills these layers (one per turn, in place: the same layer
@@ -257,16 +258,16 @@ class TopKPresenter:
             layer = None
         else:
             layer = self._take_over_pending(layer_data) or add_layer(self._viewer, layer_data)
-        if layer is not None and name.split(" ")[-2] == "labels":
+        if layer is not None and layer_data[2] == "shapes":  # the marks carry the rank labels
             show_glyphs(self.form.native, self._viewer, layer, TOPK_PENDING_KIND, GLYPH_RANKS[1:])
         if layer is not None:
             later(self.form.native, HIDE_PENDING_MS, lambda: self._hide_when_drawn(layer))
         later(self.form.native, 0, self._add_next_pending)
 
     def _hide_when_drawn(self, layer: Any) -> None:
-        """Hide a pending layer once it has been drawn (its shaders built; a labels layer's
+        """Hide a pending layer once it has been drawn (its shaders built; a marks layer's
         glyphs rendered, its last glyph rank shown a draw ago): napari draws every visible
-        layer on every frame, even at opacity 0 (16 of them for a four-view exam: each pan
+        layer on every frame, even at opacity 0 (8 of them for a four-view exam: each pan
         frame costs more), and skips hidden ones. A result makes it visible again."""
         if (
             not viewer_open(self._viewer)
@@ -274,7 +275,7 @@ class TopKPresenter:
             or layer.metadata.get("medvl_kind") != TOPK_PENDING_KIND
         ):
             return
-        labels = layer.metadata["result_name"].split(" ")[-2] == "labels"
+        labels = type(layer).__name__ == "Shapes"  # the marks carry the rank labels
         if labels and layer.features["rank"][0] != GLYPH_RANKS[-1]:  # glyphs still showing
             later(self.form.native, GLYPH_STEP_MS, lambda: self._hide_when_drawn(layer))
             return

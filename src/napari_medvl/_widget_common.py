@@ -110,7 +110,13 @@ def set_if_changed(layer: Any, name: str, value: Any) -> None:
     elif name in ("edge_color", "face_color"):
         from napari.utils.colormaps.standardize_color import transform_color
 
-        same = len(current) > 0 and bool(np.allclose(current, transform_color(value)[0]))
+        wanted = transform_color(value)  # [1, 4], or one colour per shape [N, 4]
+        current = np.asarray(current)
+        same = (
+            len(current) > 0
+            and wanted.shape[0] in (1, len(current))
+            and bool(np.allclose(current, wanted))
+        )
     else:
         if name == "affine":
             current = current.affine_matrix

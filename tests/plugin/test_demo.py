@@ -115,7 +115,12 @@ def test_demo_viewers_hold_the_overlays_and_reuse_the_demo_features(
         names = [layer.name for layer in slide_viewer.layers]
         assert names == ["synthetic H&E", "heatmap: tumor", "top patches: tumor"]
         assert "TopK L boxes CC" in mammo_viewer.layers and "L MLO" in mammo_viewer.layers
-        assert "TopK L labels CC" in mammo_viewer.layers  # drawn as the TopK dock draws them
+        parts = {  # drawn as the TopK dock draws them: rims, boxes and labels in one layer
+            part
+            for view in ("CC", "MLO")
+            for part in mammo_viewer.layers[f"TopK L boxes {view}"].features["part"]
+        }
+        assert parts == {"rim", "box", "label"}
         widget = next(
             w for w in slide_viewer.window.dock_widgets.values() if isinstance(w, HeatmapWidget)
         )

@@ -96,7 +96,7 @@ def test_topk_on_both_breasts_of_an_exam_stays_near_naparis_floor(
         widget.k.value = 6
         widget.cc_choice.value = viewer.layers["L CC"]
         widget.mlo_choice.value = viewer.layers["L MLO"]
-        qtbot.waitUntil(lambda: len(viewer.layers) == 4 + 16, timeout=120_000)
+        qtbot.waitUntil(lambda: len(viewer.layers) == 4 + 8, timeout=120_000)
         added = list(viewer.layers)
         qtbot.waitUntil(lambda: not any(layer.visible for layer in added[4:]), timeout=30_000)
         before = _floor(qtbot, viewer, path, 2)

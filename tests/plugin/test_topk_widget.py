@@ -30,6 +30,13 @@ def wait_for_topk(wait_for_runner):
     return _wait_for_topk
 
 
+def _part(layer, part: str):
+    """The rectangles of a TopK marks layer's ``part`` (rim, box or label), and their rows of
+    its features."""
+    rows = np.flatnonzero(layer.features["part"].to_numpy() == part)
+    return [layer.data[row] for row in rows], layer.features.iloc[rows]
+
+
 def _open_views(viewer, case):
     npe2.PluginManager.instance().discover()
     cc = viewer.open(str(case.cc_path), plugin="napari-medvl")[0]
@@ -71,14 +78,14 @@ def test_topk_widget_draws_engine_boxes_on_their_source_views(
 
     shown = 0
     for view, offset in (("CC", 0.0), ("MLO", 320.0 + MAMMOGRAM_GAP_PX)):
-        boxes_layer = viewer.layers[f"TopK L boxes {view}"]
+        boxes, features = _part(viewer.layers[f"TopK L boxes {view}"], "box")
         engine_boxes = result.boxes[view]
-        assert len(boxes_layer.data) == len(engine_boxes)
-        for rectangle, (x0, y0, x1, y1) in zip(boxes_layer.data, engine_boxes, strict=True):
+        assert len(boxes) == len(engine_boxes)
+        for rectangle, (x0, y0, x1, y1) in zip(boxes, engine_boxes, strict=True):
             # world (y, x) = source px (y, x) shifted right by the view's offset
             np.testing.assert_allclose(rectangle.min(axis=0), [y0, x0 + offset])
             np.testing.assert_allclose(rectangle.max(axis=0), [y1, x1 + offset])
-        np.testing.assert_array_equal(boxes_layer.features["rank"], result.ranks[view])
+        np.testing.assert_array_equal(features["rank"], result.ranks[view])
         shown += len(engine_boxes)
         importance = viewer.layers[f"TopK L importance {view}"]
         half = result.importance[:4] if view == "CC" else result.importance[4:]
@@ -283,8 +290,8 @@ def test_four_views_hang_with_chest_walls_facing_and_boxes_follow(
     result = widget.last_outcome.result
     for view in ("CC", "MLO"):
         layer = viewer.layers[f"L {view}"]
-        boxes = viewer.layers[f"TopK L boxes {view}"]
-        for rectangle, (bx0, by0, bx1, by1) in zip(boxes.data, result.boxes[view], strict=True):
+        boxes, _ = _part(viewer.layers[f"TopK L boxes {view}"], "box")
+        for rectangle, (bx0, by0, bx1, by1) in zip(boxes, result.boxes[view], strict=True):
             expected = [layer.data_to_world((y, x)) for y, x in ((by0, bx0), (by1, bx1))]
             np.testing.assert_allclose(rectangle.min(axis=0), np.min(expected, axis=0) - [0.5, 0.5])
             np.testing.assert_allclose(rectangle.max(axis=0), np.max(expected, axis=0) - [0.5, 0.5])
@@ -330,23 +337,35 @@ def test_rank_labels_sit_on_dark_plates_and_window_resets_to_voi(
     names = [layer.name for layer in viewer.layers]
     shown = 0
     for view in ("CC", "MLO"):
-        boxes = viewer.layers[f"TopK L boxes {view}"]
-        labels = viewer.layers[f"TopK L labels {view}"]
-        # drawn above the importance map and the boxes, dark plates with white text
-        assert names.index(labels.name) > names.index(boxes.name)
-        assert names.index(boxes.name) > names.index(f"TopK L importance {view}")
-        assert len(labels.data) == len(boxes.data)
-        if len(labels.data):
-            np.testing.assert_allclose(labels.face_color[:, :3], 0.0)
-            assert labels.face_color[:, 3].min() >= 0.75
-        np.testing.assert_allclose(labels.text.color.constant[:3], 1.0)
-        np.testing.assert_array_equal(labels.features["rank"], boxes.features["rank"])
-        assert all(text.startswith("#") for text in labels.text.values)
-        shown += len(labels.data)
-        for plate, box in zip(labels.data, boxes.data, strict=True):  # a band inside its box
+        marks = viewer.layers[f"TopK L boxes {view}"]
+        assert names.index(marks.name) > names.index(f"TopK L importance {view}")
+        rims, _ = _part(marks, "rim")
+        boxes, box_features = _part(marks, "box")
+        plates, plate_features = _part(marks, "label")
+        count = len(boxes)
+        # one layer drawn in this order: dark rims, the boxes over them, then plates and text
+        assert list(marks.features["part"]) == ["rim"] * count + ["box"] * count + ["label"] * count
+        assert len(rims) == len(plates) == count
+        if count:
+            edges = marks.edge_color * marks.opacity
+            np.testing.assert_allclose(edges[:count, :3], 0.0)  # black rims, wider than boxes
+            widths = np.asarray(marks.edge_width)
+            assert np.all(widths[:count] > widths[count : 2 * count])
+            np.testing.assert_allclose(edges[count : 2 * count, :3], [[0.0, 1.0, 0.0]] * count)
+            faces = marks.face_color * marks.opacity
+            np.testing.assert_allclose(faces[: 2 * count, 3], 0.0)  # rims and boxes unfilled
+            np.testing.assert_allclose(faces[2 * count :, :3], 0.0)
+            assert faces[2 * count :, 3].min() >= 0.55  # dark plates
+        np.testing.assert_allclose(marks.text.color.constant[:3], 1.0)
+        np.testing.assert_array_equal(plate_features["rank"], box_features["rank"])
+        texts = list(marks.text.values)
+        assert all(text.startswith("#") for text in texts[2 * count :])  # on the plates only
+        assert all(text == "" for text in texts[: 2 * count])
+        shown += count
+        for plate, box in zip(plates, boxes, strict=True):  # a band inside its box
             assert np.all(plate.min(axis=0) >= box.min(axis=0) - 1e-6)
             assert np.all(plate.max(axis=0) <= box.max(axis=0) + 1e-6)
-        _assert_no_plate_covers_another(labels.data)
+        _assert_no_plate_covers_another(plates)
     assert shown == 6
     importance = viewer.layers["TopK L importance CC"]
     assert importance.colormap.name == "medvl viridis"  # the map the exports use
@@ -410,11 +429,7 @@ def test_a_second_dicom_window_is_applied_off_the_gui_thread(
 
 RESULT_LAYERS = [
     *(f"TopK L importance {view}" for view in ("CC", "MLO")),
-    *(
-        f"TopK L {role} {view}"
-        for view in ("CC", "MLO")
-        for role in ("box rims", "boxes", "labels")
-    ),
+    *(f"TopK L boxes {view}" for view in ("CC", "MLO")),  # rims, boxes and labels: one layer
 ]
 
 
@@ -423,7 +438,7 @@ def _wait_for_waiting_layers(qtbot, viewer) -> list:
     there and their labels have shown every glyph of a rank label."""
     qtbot.waitUntil(lambda: len(viewer.layers) == 2 + len(RESULT_LAYERS), timeout=30_000)
     waiting = list(viewer.layers)[2:]
-    labels = [layer for layer in waiting if " labels " in layer.name]
+    labels = [layer for layer in waiting if " boxes " in layer.name]
     qtbot.waitUntil(
         lambda: all(layer.features["rank"][0] == GLYPH_RANKS[-1] for layer in labels),
         timeout=10_000,
@@ -456,13 +471,13 @@ def test_result_layers_wait_empty_before_the_first_result_and_results_add_none(
         assert [layer.name for layer in waiting] == RESULT_LAYERS
         assert all(layer.opacity > 0.4 for layer in waiting)
         result = widget.last_outcome.result
-        boxes = [viewer.layers[f"TopK L boxes {view}"] for view in ("CC", "MLO")]
-        assert sum(len(layer.data) for layer in boxes) == k
-        for layer, view in zip(boxes, ("CC", "MLO"), strict=True):
-            np.testing.assert_array_equal(layer.features["rank"], result.ranks[view])
-            labels = viewer.layers[f"TopK L labels {view}"]
-            assert len(labels.data) == len(layer.data)
-            assert [int(text.split()[0][1:]) for text in labels.text.values] == list(
+        marks = [viewer.layers[f"TopK L boxes {view}"] for view in ("CC", "MLO")]
+        assert sum(len(_part(layer, "box")[0]) for layer in marks) == k
+        for layer, view in zip(marks, ("CC", "MLO"), strict=True):
+            np.testing.assert_array_equal(_part(layer, "box")[1]["rank"], result.ranks[view])
+            count = len(result.ranks[view])
+            assert len(layer.data) == 3 * count  # a rim, a box and a plate each
+            assert [int(text.split()[0][1:]) for text in layer.text.values[2 * count :]] == list(
                 result.ranks[view]
             )
         importance = viewer.layers["TopK L importance CC"]
@@ -483,7 +498,7 @@ def _four_view_exam(viewer, mammo_case, folder) -> None:
 
 
 def _both_breasts_waiting(qtbot, viewer) -> list:
-    """The 16 result layers (L's, then R's) the dock adds empty for a four-view exam."""
+    """The 8 result layers (L's, then R's) the dock adds empty for a four-view exam."""
     names = [name + PENDING_SUFFIX for side in "LR" for name in _result_layers(side)]
     qtbot.waitUntil(lambda: len(viewer.layers) == 4 + len(names), timeout=60_000)
     waiting = list(viewer.layers)[4:]
@@ -495,7 +510,7 @@ def _on_its_view(viewer, layer) -> bool:
     """True when a waiting layer lies on its view: an importance map (one cell of one source
     px) maps source px as the view does; boxes and labels (one box of one source px) sit
     inside the view."""
-    words = layer.metadata["result_name"].split()  # "TopK L box rims CC"
+    words = layer.metadata["result_name"].split()  # "TopK L boxes CC"
     image = viewer.layers[f"{words[1]} {words[-1]}"]
     if words[2] == "importance":
         return all(
@@ -517,14 +532,16 @@ def _assert_shows(viewer, side: str, result) -> None:
     """The ``side`` breast's layers show ``result``: boxes and rank labels of each view, and
     the importance map's cells."""
     for view in ("CC", "MLO"):
-        boxes = viewer.layers[f"TopK {side} boxes {view}"]
-        labels = viewer.layers[f"TopK {side} labels {view}"]
-        np.testing.assert_array_equal(boxes.features["rank"], result.ranks[view])
-        np.testing.assert_allclose(boxes.features["score"], result.scores[view])
-        assert len(boxes.data) == len(labels.data) == len(result.boxes[view])
-        assert [int(text.split()[0][1:]) for text in labels.text.values] == list(result.ranks[view])
+        marks = viewer.layers[f"TopK {side} boxes {view}"]
+        boxes, features = _part(marks, "box")
+        np.testing.assert_array_equal(features["rank"], result.ranks[view])
+        np.testing.assert_allclose(features["score"], result.scores[view])
+        count = len(result.boxes[view])
+        assert len(boxes) == count and len(marks.data) == 3 * count
+        labels = marks.text.values[2 * count :]
+        assert [int(text.split()[0][1:]) for text in labels] == list(result.ranks[view])
         layer = viewer.layers[f"{side} {view}"]
-        for rectangle, (bx0, by0, bx1, by1) in zip(boxes.data, result.boxes[view], strict=True):
+        for rectangle, (bx0, by0, bx1, by1) in zip(boxes, result.boxes[view], strict=True):
             corners = [layer.data_to_world(yx) for yx in ((by0, bx0), (by1, bx1))]
             np.testing.assert_allclose(rectangle.min(axis=0), np.min(corners, axis=0) - 0.5)
             np.testing.assert_allclose(rectangle.max(axis=0), np.max(corners, axis=0) - 0.5)

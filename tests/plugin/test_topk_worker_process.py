@@ -212,7 +212,9 @@ report = {
     "boxes": {view: outcome.result.boxes[view].tolist() for view in ("CC", "MLO")},
     "scores": {view: outcome.result.scores[view].tolist() for view in ("CC", "MLO")},
     "k": outcome.result.k,
-    "layer_boxes": {view: len(layer.data) for view, layer in boxes.items()},
+    "layer_boxes": {  # the marks layer's boxes (its rims and label plates aside)
+        view: int((layer.features["part"] == "box").sum()) for view, layer in boxes.items()
+    },
     "run": type(boxes["CC"].metadata["topk_run"]).__name__,
     "models": {name: type(value).__name__ for name, value in widget.models.items()},
     "stages": sorted(set(stages)),
