@@ -25,7 +25,7 @@ A third keeps hidden layers out of each pan's frame:
 
 - **Hidden layers' draw updates** (:func:`skip_draw_updates_while_hidden`). On every draw
   napari calls each layer's ``_update_draw`` (its view corners through its transforms, its
-  level, a shapes layer's highlight), hidden or not. A dock's hidden result layers (sixteen
+  level, a shapes layer's highlight), hidden or not. A dock's hidden result layers (eight
   for a TopK exam, waiting for a result) then slow every frame of a pan. The patched layer
   skips that update while hidden; shown again, napari refreshes it and the draw that follows
   updates it. Builds on ``Layer._update_draw`` and napari calling it after each draw.
@@ -36,8 +36,8 @@ A fourth keeps a shapes layer's empty highlight out of each frame:
   vispy visuals (faces, highlight mesh, highlight lines, highlight vertices, text), and draws
   the three highlight visuals on every frame even when nothing is selected or hovered (a
   placeholder triangle, a zero-size marker). Each draw is a program bound, its uniforms set
-  and its commands parsed, in Python: a TopK exam with both breasts' results shows twelve
-  shapes layers, 36 empty highlight draws a frame. The patched layer's highlight visuals are
+  and its commands parsed, in Python: a TopK exam with both breasts' results shows four
+  shapes layers, 12 empty highlight draws a frame. The patched layer's highlight visuals are
   hidden while napari has nothing to highlight and shown as soon as it has (a selection, a
   hovered shape in select mode). Builds on napari's ``VispyShapesLayer._on_highlight_change``
   and its ``ShapesVisual`` sub-visuals.
