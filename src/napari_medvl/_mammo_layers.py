@@ -130,7 +130,7 @@ def marks_layer(boxes_data: LayerData, frame: WorldFrame, text_format: str) -> L
     labels = [
         text_format.format(rank=int(r), score=float(v)) for r, v in zip(ranks, scores, strict=True)
     ]
-    marks_kwargs = {
+    marks_kwargs: dict[str, Any] = {
         **{key: kwargs[key] for key in ("name", "units", "metadata") if key in kwargs},
         "shape_type": "rectangle",
         "edge_width": [width * 2.0] * count + [width] * count + [0.0] * count,
