@@ -106,9 +106,7 @@ def show_glyph_rank(layer: Any, rank: int, pending_kind: str) -> bool:
         return False
     features["rank"], features["score"] = rank, GLYPHS_SCORE
     if parts is not None and "label" in features:
-        label = str(layer.metadata.get("label_format", "#{rank}")).format(
-            rank=rank, score=GLYPHS_SCORE
-        )
+        label = str(layer.metadata["label_format"]).format(rank=rank, score=GLYPHS_SCORE)
         features["label"] = np.where(parts == "label", label, "").astype(object)
     layer.features = features
     return True

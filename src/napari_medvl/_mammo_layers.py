@@ -39,6 +39,9 @@ __all__ = [
 ]
 
 PLATE_COLOR = "#000000cc"  # black at 80 % opacity
+RIM_COLOR = (0.0, 0.0, 0.0, 0.8)
+MARK_PARTS = ("rim", "box", "label")
+"""The shapes of a TopK marks layer, in drawing order: K dark rims, K boxes, K label plates."""
 LABEL_COLOR = "white"
 _PLATE_FRACTION = 0.22  # of the box height
 TOPK_PENDING_KIND = "topk_pending"  # medvl_kind of a TopK layer no result has filled yet
@@ -96,11 +99,6 @@ def _plate_rectangles(
         corners = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
         rectangles.append(frame.to_world(corners))
     return rectangles
-
-
-MARK_PARTS = ("rim", "box", "label")
-"""The shapes of a TopK marks layer, in drawing order: K dark rims, K boxes, K label plates."""
-RIM_COLOR = (0.0, 0.0, 0.0, 0.8)
 
 
 def _rgba(color: Any, alpha_scale: float = 1.0) -> np.ndarray:

@@ -106,6 +106,15 @@ def _assert_freed(refs: dict[str, list]) -> None:
     assert not any(alive.values()), f"alive after the viewer was closed: {alive}; {holder}"
 
 
+def _dock_and_run(qtbot, viewer, widget, name: str, wait_for_runner, timeout_ms: int = 120_000):
+    """Dock ``widget`` in ``viewer`` and run its job to the end, without an error."""
+    viewer.window.add_dock_widget(widget, name=name)
+    assert widget.run() is not None
+    wait_for_runner(qtbot, widget.runner, timeout_ms)
+    assert widget.runner.last_error is None, widget.runner.last_error
+    return widget
+
+
 def test_heatmap_dock_after_a_job_and_a_cancelled_one(
     qtbot, tmp_path, medvl_cache, small_slide, wait_for_runner
 ):
@@ -115,11 +124,8 @@ def test_heatmap_dock_after_a_job_and_a_cancelled_one(
     def use_dock(viewer):
         _open(viewer, small_slide.path)
         widget = HeatmapWidget(viewer, cache=FeatureCache(root=tmp_path / "features"))
-        viewer.window.add_dock_widget(widget, name="heatmap")
         widget.prompts.value = "tumor"
-        assert widget.run() is not None
-        wait_for_runner(qtbot, widget.runner)
-        assert widget.runner.last_error is None, widget.runner.last_error
+        _dock_and_run(qtbot, viewer, widget, "heatmap", wait_for_runner)
         assert "heatmap: tumor" in viewer.layers
         widget.prompts.value = "stroma"
         cancelled = widget.run()
@@ -137,13 +143,10 @@ def test_topk_dock_after_a_job(qtbot, mammo_case, tiny_topk, wait_for_runner):
     def use_dock(viewer):
         cc, mlo = _open(viewer, mammo_case.cc_path, mammo_case.mlo_path)
         widget = TopKWidget(viewer)
-        viewer.window.add_dock_widget(widget, name="TopK")
         widget.cc_choice.value, widget.mlo_choice.value = cc, mlo
         widget.model.value = str(tiny_topk)
-        assert widget.run() is not None
-        wait_for_runner(qtbot, widget.runner)
+        _dock_and_run(qtbot, viewer, widget, "TopK", wait_for_runner)
         qtbot.waitUntil(lambda: not widget.drawing, timeout=60_000)
-        assert widget.runner.last_error is None, widget.runner.last_error
         assert any(layer.metadata.get("medvl_kind") == "topk" for layer in viewer.layers)
         return widget
 
@@ -159,10 +162,7 @@ def test_classification_dock_after_a_job(
     def use_dock(viewer):
         _open(viewer, small_slide.path)
         widget = ClassifyWidget(viewer, cache=ClassifyCache(root=tmp_path / "features"))
-        viewer.window.add_dock_widget(widget, name="classify")
-        assert widget.run() is not None
-        wait_for_runner(qtbot, widget.runner, 300_000)
-        assert widget.runner.last_error is None, widget.runner.last_error
+        _dock_and_run(qtbot, viewer, widget, "classify", wait_for_runner, 300_000)
         assert f"attention: {small_slide.path.name}" in viewer.layers
         return widget
 
